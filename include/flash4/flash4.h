@@ -1,0 +1,172 @@
+/* flash4: exact attention kernels for NVIDIA Hopper (sm_90a).
+ *
+ * The C ABI. One POD params struct per direction, filled by the caller (the C++ API and the Python
+ * package fill the same structs). Every entry point validates its arguments and returns a status before
+ * launching anything; a failing call also leaves a message naming the offending argument, readable with
+ * flash4_last_error_message() on the same thread. Launches go on the caller's stream; nothing here
+ * synchronizes, prints or exits.
+ *
+ * Conventions
+ *  - Tensors: q (B, Sq, Hq, D), k/v (B, Sk, Hkv, D), o (B, Sq, Hq, D); strides in elements, int64;
+ *    the last (head) dimension must be contiguous. Varlen (cu_seqlens_q != NULL): q/o are (total_q, Hq, D)
+ *    and k/v are (total_k, Hkv, D); the batch strides are ignored; sequence b spans rows
+ *    [cu_seqlens_q[b], cu_seqlens_q[b+1]).
+ *  - lse: fp32, natural log, one value per (batch, head, query row), laid out (B, Hq, Sq) contiguous, or
+ *    (Hq, total_q) for varlen. A fully masked row gets O = 0 and LSE = -inf.
+ *  - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq).
+ *    A sliding window (left, right) keeps j in [i + Sk - Sq - left, i + Sk - Sq + right]; -1 means unbounded.
+ *    causal = 1 is the window (-1, 0).
+ *  - softcap > 0 replaces each score s = scale * q.k by softcap * tanh(s / softcap).
+ */
+#ifndef FLASH4_FLASH4_H
+#define FLASH4_FLASH4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define FLASH4_API __declspec(dllexport)
+#else
+#define FLASH4_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st* flash4_stream_t; /* the same type as cudaStream_t; NULL is the legacy stream */
+
+typedef enum flash4_status {
+  FLASH4_SUCCESS = 0,
+  FLASH4_ERROR_INVALID_STRUCT_SIZE = 1, /* params.struct_size is not one this library knows */
+  FLASH4_ERROR_NULL_POINTER = 2,        /* a required pointer is NULL */
+  FLASH4_ERROR_UNSUPPORTED_DTYPE = 3,   /* dtype is not bf16 or fp16, or was not built */
+  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim not in {64, 96, 128, 192, 256}, or was not built */
+  FLASH4_ERROR_HEAD_RATIO = 5,          /* heads_q is not a multiple of heads_kv */
+  FLASH4_ERROR_MISALIGNED = 6,          /* a pointer or stride breaks the 16-byte alignment TMA needs */
+  FLASH4_ERROR_INVALID_SIZE = 7,        /* a negative or zero size where a positive one is required */
+  FLASH4_ERROR_INVALID_MASK = 8,        /* window/causal values that contradict each other */
+  FLASH4_ERROR_INVALID_VARLEN = 9,      /* cu_seqlens / max_seqlen inconsistent with the other sizes */
+  FLASH4_ERROR_SIZE_OVERFLOW = 10,      /* a size or offset that would overflow 32-bit tile indexing */
+  FLASH4_ERROR_INVALID_ARGUMENT = 11,   /* any other bad value (scale, softcap, workspace) */
+  FLASH4_ERROR_NO_KERNEL = 12,          /* a valid request this build has no kernel for (message says which) */
+  FLASH4_ERROR_NO_DEVICE = 13,          /* no CUDA device, or the device is not sm_90 */
+  FLASH4_ERROR_CUDA = 14,               /* a CUDA runtime/driver call failed (message has its text) */
+  FLASH4_ERROR_NOT_IMPLEMENTED = 15,    /* the entry point exists but this release does not implement it */
+  FLASH4_ERROR_INTERNAL = 16            /* an unexpected failure inside the library (out of host memory, a bug) */
+} flash4_status;
+
+typedef enum flash4_dtype {
+  FLASH4_DTYPE_BF16 = 0,
+  FLASH4_DTYPE_FP16 = 1
+} flash4_dtype;
+
+/* Element strides of one 4-D tensor (batch, seq, head, dim=1 implied). */
+typedef struct flash4_strides {
+  int64_t batch;
+  int64_t seq;
+  int64_t head;
+} flash4_strides;
+
+typedef struct flash4_fwd_params {
+  size_t struct_size; /* sizeof(flash4_fwd_params) as the caller compiled it */
+  flash4_dtype dtype;
+
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse; /* optional (NULL: not written) */
+  flash4_strides q_strides, k_strides, v_strides, o_strides;
+
+  int32_t batch;
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+
+  float softmax_scale; /* > 0; the usual value is 1/sqrt(head_dim) */
+  int32_t causal;      /* 0 or 1 */
+  int32_t window_left; /* -1: unbounded */
+  int32_t window_right;/* -1: unbounded */
+  float softcap;       /* 0: off */
+
+  /* Varlen: device arrays of batch+1 int32 offsets, both set or both NULL. max_seqlen_* bound every
+   * sequence (used to size the grid); seqlen_q/seqlen_k are then ignored. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int32_t max_seqlen_q;
+  int32_t max_seqlen_k;
+  int32_t total_q; /* rows of q/o in varlen mode (cu_seqlens_q[batch]) */
+  int32_t total_k; /* rows of k/v in varlen mode */
+
+  void* workspace; /* device memory of at least flash4_fwd_workspace_size() bytes, or NULL if that is 0 */
+  size_t workspace_bytes;
+} flash4_fwd_params;
+
+typedef struct flash4_bwd_params {
+  size_t struct_size;
+  flash4_dtype dtype;
+
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* dout;
+  const float* lse; /* as written by flash4_fwd */
+  void* dq;
+  void* dk;
+  void* dv;
+  flash4_strides q_strides, k_strides, v_strides, o_strides, dout_strides, dq_strides, dk_strides, dv_strides;
+
+  int32_t batch;
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+
+  float softmax_scale;
+  int32_t causal;
+  int32_t window_left;
+  int32_t window_right;
+  float softcap;
+  int32_t deterministic; /* 1: bit-identical gradients across runs */
+
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int32_t max_seqlen_q;
+  int32_t max_seqlen_k;
+  int32_t total_q;
+  int32_t total_k;
+
+  void* workspace;
+  size_t workspace_bytes;
+} flash4_bwd_params;
+
+/* Library version as major * 10000 + minor * 100 + patch, and as text. */
+FLASH4_API int flash4_version(void);
+FLASH4_API const char* flash4_version_string(void);
+
+/* Static text for a status code. */
+FLASH4_API const char* flash4_status_string(flash4_status status);
+/* The message of the last failing call on this thread (names the argument); "" after a success. */
+FLASH4_API const char* flash4_last_error_message(void);
+
+/* Validate params without launching anything. */
+FLASH4_API flash4_status flash4_fwd_check(const flash4_fwd_params* params);
+/* Device workspace the call needs, in bytes (validates params first). */
+FLASH4_API flash4_status flash4_fwd_workspace_size(const flash4_fwd_params* params, size_t* bytes);
+/* Enqueue the forward on `stream`. Asynchronous: returns once the work is launched. */
+FLASH4_API flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stream_t stream);
+
+FLASH4_API flash4_status flash4_bwd_check(const flash4_bwd_params* params);
+FLASH4_API flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* params, size_t* bytes);
+FLASH4_API flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASH4_FLASH4_H */

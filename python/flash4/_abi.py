@@ -1,0 +1,177 @@
+"""ctypes mirror of the C ABI in include/flash4/flash4.h.
+
+Every structure lists the header's fields in the header's order with the same C types, so that
+ctypes lays them out exactly as the C compiler does; tests/python/test_abi_layout.py compiles the header
+with gcc and compares sizes, offsets and enum values. Change this file together with the header.
+
+This module needs neither torch nor the shared library: it only describes the ABI and turns a status
+into an exception.
+"""
+
+import ctypes
+import enum
+
+# The bindings follow the 0.x header; the library must report this major version and at least MIN_VERSION
+# (flash4_version() encodes major * 10000 + minor * 100 + patch). Within a major version the structs stay
+# compatible because every call carries struct_size.
+ABI_MAJOR = 0
+MIN_VERSION = 100
+
+
+class Status(enum.IntEnum):
+    """flash4_status; each name is the C name without the FLASH4_ prefix."""
+
+    SUCCESS = 0
+    ERROR_INVALID_STRUCT_SIZE = 1
+    ERROR_NULL_POINTER = 2
+    ERROR_UNSUPPORTED_DTYPE = 3
+    ERROR_UNSUPPORTED_HEAD_DIM = 4
+    ERROR_HEAD_RATIO = 5
+    ERROR_MISALIGNED = 6
+    ERROR_INVALID_SIZE = 7
+    ERROR_INVALID_MASK = 8
+    ERROR_INVALID_VARLEN = 9
+    ERROR_SIZE_OVERFLOW = 10
+    ERROR_INVALID_ARGUMENT = 11
+    ERROR_NO_KERNEL = 12
+    ERROR_NO_DEVICE = 13
+    ERROR_CUDA = 14
+    ERROR_NOT_IMPLEMENTED = 15
+    ERROR_INTERNAL = 16
+
+
+class DType(enum.IntEnum):
+    """flash4_dtype; each name is the C name without the FLASH4_DTYPE_ prefix."""
+
+    BF16 = 0
+    FP16 = 1
+
+
+# C enums are int-sized on every platform this library builds for (gcc and clang on x86_64 and aarch64).
+_c_enum = ctypes.c_int
+
+
+class Strides(ctypes.Structure):
+    """flash4_strides: element strides of the batch, sequence and head dimensions."""
+
+    _fields_ = [
+        ("batch", ctypes.c_int64),
+        ("seq", ctypes.c_int64),
+        ("head", ctypes.c_int64),
+    ]
+
+
+# Fields that flash4_fwd_params and flash4_bwd_params share, in the order both structs declare them
+# (after their tensor pointers and strides), so the two definitions below cannot drift apart.
+_PROBLEM_FIELDS = [
+    ("batch", ctypes.c_int32),
+    ("seqlen_q", ctypes.c_int32),
+    ("seqlen_k", ctypes.c_int32),
+    ("heads_q", ctypes.c_int32),
+    ("heads_kv", ctypes.c_int32),
+    ("head_dim", ctypes.c_int32),
+    ("softmax_scale", ctypes.c_float),
+    ("causal", ctypes.c_int32),
+    ("window_left", ctypes.c_int32),
+    ("window_right", ctypes.c_int32),
+    ("softcap", ctypes.c_float),
+]
+_VARLEN_AND_WORKSPACE_FIELDS = [
+    ("cu_seqlens_q", ctypes.c_void_p),
+    ("cu_seqlens_k", ctypes.c_void_p),
+    ("max_seqlen_q", ctypes.c_int32),
+    ("max_seqlen_k", ctypes.c_int32),
+    ("total_q", ctypes.c_int32),
+    ("total_k", ctypes.c_int32),
+    ("workspace", ctypes.c_void_p),
+    ("workspace_bytes", ctypes.c_size_t),
+]
+
+
+class FwdParams(ctypes.Structure):
+    """flash4_fwd_params. Pointers are c_void_p: the same size and alignment as the typed C pointers."""
+
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_size_t),
+            ("dtype", _c_enum),
+            ("q", ctypes.c_void_p),
+            ("k", ctypes.c_void_p),
+            ("v", ctypes.c_void_p),
+            ("o", ctypes.c_void_p),
+            ("lse", ctypes.c_void_p),
+        ]
+        + [(f"{name}_strides", Strides) for name in ("q", "k", "v", "o")]
+        + _PROBLEM_FIELDS
+        + _VARLEN_AND_WORKSPACE_FIELDS
+    )
+
+
+class BwdParams(ctypes.Structure):
+    """flash4_bwd_params."""
+
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_size_t),
+            ("dtype", _c_enum),
+            ("q", ctypes.c_void_p),
+            ("k", ctypes.c_void_p),
+            ("v", ctypes.c_void_p),
+            ("o", ctypes.c_void_p),
+            ("dout", ctypes.c_void_p),
+            ("lse", ctypes.c_void_p),
+            ("dq", ctypes.c_void_p),
+            ("dk", ctypes.c_void_p),
+            ("dv", ctypes.c_void_p),
+        ]
+        + [(f"{name}_strides", Strides) for name in ("q", "k", "v", "o", "dout", "dq", "dk", "dv")]
+        + _PROBLEM_FIELDS
+        + [("deterministic", ctypes.c_int32)]
+        + _VARLEN_AND_WORKSPACE_FIELDS
+    )
+
+
+# Every exported function: name -> (restype, argtypes). The loader sets these on the CDLL and refuses a
+# library that lacks one of them.
+FUNCTIONS = {
+    "flash4_version": (ctypes.c_int, []),
+    "flash4_version_string": (ctypes.c_char_p, []),
+    "flash4_status_string": (ctypes.c_char_p, [_c_enum]),
+    "flash4_last_error_message": (ctypes.c_char_p, []),
+    "flash4_fwd_check": (_c_enum, [ctypes.POINTER(FwdParams)]),
+    "flash4_fwd_workspace_size": (_c_enum, [ctypes.POINTER(FwdParams), ctypes.POINTER(ctypes.c_size_t)]),
+    "flash4_fwd": (_c_enum, [ctypes.POINTER(FwdParams), ctypes.c_void_p]),
+    "flash4_bwd_check": (_c_enum, [ctypes.POINTER(BwdParams)]),
+    "flash4_bwd_workspace_size": (_c_enum, [ctypes.POINTER(BwdParams), ctypes.POINTER(ctypes.c_size_t)]),
+    "flash4_bwd": (_c_enum, [ctypes.POINTER(BwdParams), ctypes.c_void_p]),
+}
+
+
+class Flash4Error(RuntimeError):
+    """A flash4 entry point returned a failing status (the int `status`, comparable with Status); the
+    message carries the library's own text, which names the offending argument."""
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
+
+
+class Flash4NotImplementedError(Flash4Error, NotImplementedError):
+    """FLASH4_ERROR_NOT_IMPLEMENTED: the entry point exists but this build of the library does not
+    implement it (the backward, before its kernel lands)."""
+
+
+def check(lib, entry, status):
+    """Raise for a failing `status` returned by `entry` (an exported function name) of `lib`.
+
+    Must run right after the call and on the same thread: flash4_last_error_message() is per thread and
+    is overwritten by the next call.
+    """
+    if status == Status.SUCCESS:
+        return
+    message = lib.flash4_last_error_message().decode(errors="replace")
+    text = f"{entry} failed with {lib.flash4_status_string(status).decode(errors='replace')} (status {status})"
+    if message:
+        text += f": {message}"
+    error = Flash4NotImplementedError if status == Status.ERROR_NOT_IMPLEMENTED else Flash4Error
+    raise error(text, status)

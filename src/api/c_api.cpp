@@ -1,0 +1,161 @@
+// The extern "C" entry points of flash4.h. Each one loads the caller's params (of any released layout),
+// validates them, and hands a valid, non-empty problem to the host layer (src/host/forward.hpp).
+//
+// At the ABI boundary nothing throws, prints, exits or synchronizes. Every C++ exception is caught and
+// returned as FLASH4_ERROR_INTERNAL: std::bad_alloc means the host ran out of memory while planning, any other
+// exception is a library bug; neither is the caller's argument, so neither may read as INVALID_ARGUMENT.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <utility>
+
+#include "api/validate.hpp"
+#include "flash4/flash4.h"
+#include "host/forward.hpp"
+
+namespace {
+
+// The one place the library version lives; it must equal project(VERSION) in CMakeLists.txt.
+constexpr int kVersionMajor = 0;
+constexpr int kVersionMinor = 1;
+constexpr int kVersionPatch = 0;
+constexpr const char* kVersionString = "0.1.0";
+
+// The last error lives in a fixed buffer, so that recording it can neither allocate nor throw (it also
+// records std::bad_alloc). Longer messages are truncated.
+constexpr std::size_t kMaxMessageBytes = 1024;
+thread_local char t_last_error[kMaxMessageBytes] = "";
+
+flash4_status record(flash4_status status, const char* prefix, const char* message) noexcept {
+  std::snprintf(t_last_error, sizeof(t_last_error), "%s%s", prefix, message);
+  return status;
+}
+
+flash4_status record(const flash4::api::Check& check) noexcept {
+  return record(check.status, "", check.ok() ? "" : check.message.c_str());
+}
+
+// Runs one entry point's body (returning a Check) with every exception turned into a status.
+template <class Body>
+flash4_status guarded(Body&& body) noexcept {
+  try {
+    return record(body());
+  } catch (const std::bad_alloc&) {
+    return record(FLASH4_ERROR_INTERNAL, "out of host memory", "");
+  } catch (const std::exception& e) {
+    return record(FLASH4_ERROR_INTERNAL, "internal error: ", e.what());
+  } catch (...) {
+    return record(FLASH4_ERROR_INTERNAL, "internal error: an unknown C++ exception", "");
+  }
+}
+
+flash4::api::Check validate(const flash4_fwd_params& p) { return flash4::api::validate_fwd(p); }
+flash4::api::Check validate(const flash4_bwd_params& p) { return flash4::api::validate_bwd(p); }
+
+// Copies the caller's struct into a current-layout one. A caller built against an older header has a smaller
+// struct_size; only that many bytes are read, and fields appended since keep the defaults set here (none yet:
+// there is one layout). An unknown size copies nothing but struct_size, which validation then rejects.
+template <class Params>
+Params load(const Params& caller) {
+  Params params{};
+  params.struct_size = caller.struct_size;
+  if (flash4::api::is_known_struct_size(caller)) std::memcpy(&params, &caller, caller.struct_size);
+  return params;
+}
+
+// Loads and validates the caller's params into `out` (canonicalized when valid).
+template <class Params>
+flash4::api::Check load_valid(const Params* caller, Params& out) {
+  if (caller == nullptr) return {FLASH4_ERROR_NULL_POINTER, "params is NULL; pass the address of a params struct"};
+  out = load(*caller);
+  flash4::api::Check check = validate(out);
+  if (check.ok()) out = flash4::api::canonicalize(out);
+  return check;
+}
+
+template <class Params, class WorkspaceBytes>
+flash4_status workspace_size(const Params* caller, std::size_t* bytes, WorkspaceBytes host_bytes) noexcept {
+  return guarded([&]() -> flash4::api::Check {
+    if (bytes == nullptr) return {FLASH4_ERROR_NULL_POINTER, "bytes is NULL; pass the address of a size_t"};
+    *bytes = 0;  // also the answer for an empty problem, which launches nothing
+    Params params;
+    if (flash4::api::Check check = load_valid(caller, params); !check.ok()) return check;
+    if (!flash4::api::is_empty(params)) *bytes = host_bytes(params);
+    return {};
+  });
+}
+
+template <class Params, class Launch>
+flash4_status launch(const Params* caller, flash4_stream_t stream, Launch host_launch) noexcept {
+  return guarded([&]() -> flash4::api::Check {
+    Params params;
+    if (flash4::api::Check check = load_valid(caller, params); !check.ok()) return check;
+    if (flash4::api::is_empty(params)) return {};  // nothing to compute: success, nothing launched
+    flash4::host::LaunchResult result = host_launch(params, stream);
+    return {result.status, std::move(result.message)};
+  });
+}
+
+template <class Params>
+flash4_status check_only(const Params* caller) noexcept {
+  return guarded([&] {
+    Params params;
+    return load_valid(caller, params);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+int flash4_version(void) { return kVersionMajor * 10000 + kVersionMinor * 100 + kVersionPatch; }
+
+const char* flash4_version_string(void) { return kVersionString; }
+
+const char* flash4_status_string(flash4_status status) {
+  switch (status) {
+    case FLASH4_SUCCESS: return "FLASH4_SUCCESS";
+    case FLASH4_ERROR_INVALID_STRUCT_SIZE: return "FLASH4_ERROR_INVALID_STRUCT_SIZE";
+    case FLASH4_ERROR_NULL_POINTER: return "FLASH4_ERROR_NULL_POINTER";
+    case FLASH4_ERROR_UNSUPPORTED_DTYPE: return "FLASH4_ERROR_UNSUPPORTED_DTYPE";
+    case FLASH4_ERROR_UNSUPPORTED_HEAD_DIM: return "FLASH4_ERROR_UNSUPPORTED_HEAD_DIM";
+    case FLASH4_ERROR_HEAD_RATIO: return "FLASH4_ERROR_HEAD_RATIO";
+    case FLASH4_ERROR_MISALIGNED: return "FLASH4_ERROR_MISALIGNED";
+    case FLASH4_ERROR_INVALID_SIZE: return "FLASH4_ERROR_INVALID_SIZE";
+    case FLASH4_ERROR_INVALID_MASK: return "FLASH4_ERROR_INVALID_MASK";
+    case FLASH4_ERROR_INVALID_VARLEN: return "FLASH4_ERROR_INVALID_VARLEN";
+    case FLASH4_ERROR_SIZE_OVERFLOW: return "FLASH4_ERROR_SIZE_OVERFLOW";
+    case FLASH4_ERROR_INVALID_ARGUMENT: return "FLASH4_ERROR_INVALID_ARGUMENT";
+    case FLASH4_ERROR_NO_KERNEL: return "FLASH4_ERROR_NO_KERNEL";
+    case FLASH4_ERROR_NO_DEVICE: return "FLASH4_ERROR_NO_DEVICE";
+    case FLASH4_ERROR_CUDA: return "FLASH4_ERROR_CUDA";
+    case FLASH4_ERROR_NOT_IMPLEMENTED: return "FLASH4_ERROR_NOT_IMPLEMENTED";
+    case FLASH4_ERROR_INTERNAL: return "FLASH4_ERROR_INTERNAL";
+  }
+  return "unknown flash4_status";
+}
+
+const char* flash4_last_error_message(void) { return t_last_error; }
+
+flash4_status flash4_fwd_check(const flash4_fwd_params* params) { return check_only(params); }
+
+flash4_status flash4_fwd_workspace_size(const flash4_fwd_params* params, size_t* bytes) {
+  return workspace_size(params, bytes, flash4::host::forward_workspace_bytes);
+}
+
+flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stream_t stream) {
+  return launch(params, stream, flash4::host::launch_forward);
+}
+
+flash4_status flash4_bwd_check(const flash4_bwd_params* params) { return check_only(params); }
+
+flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* params, size_t* bytes) {
+  return workspace_size(params, bytes, flash4::host::backward_workspace_bytes);
+}
+
+flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stream_t stream) {
+  return launch(params, stream, flash4::host::launch_backward);
+}
+
+}  // extern "C"

@@ -1,0 +1,42 @@
+// Argument validation for the C ABI: every check a call needs before anything is planned or launched.
+// Pure host code (reads only the params struct, never device memory), so it runs and is tested without a GPU.
+//
+// Conventions decided here (the C ABI shims in c_api.cpp rely on them):
+//  - batch >= 1 always. seqlen_q / seqlen_k (or total_q / total_k for varlen) may be 0: that is an empty
+//    problem (see is_empty below); the call succeeds and launches nothing, and o / lse (dq / dk / dv for the
+//    backward) are left untouched.
+//  - causal = 1 requires window_right in {-1, 0}; either is then treated as 0 (canonicalize below).
+//  - The workspace is not checked here: only the host planner knows how many bytes a call needs.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "flash4/flash4.h"
+
+namespace flash4::api {
+
+struct Check {
+  flash4_status status = FLASH4_SUCCESS;
+  std::string message;  // names the argument and its allowed values; empty on success
+
+  bool ok() const { return status == FLASH4_SUCCESS; }
+};
+
+// Whether struct_size is the size of a params layout this library was released with. A caller compiled
+// against an older header passes a smaller size; the shims copy only that many bytes.
+bool is_known_struct_size(const flash4_fwd_params& params);
+bool is_known_struct_size(const flash4_bwd_params& params);
+
+Check validate_fwd(const flash4_fwd_params& params);
+Check validate_bwd(const flash4_bwd_params& params);
+
+// A validated problem with no query rows or no key rows: nothing to compute, nothing to launch.
+bool is_empty(const flash4_fwd_params& params);
+bool is_empty(const flash4_bwd_params& params);
+
+// The params the host layer sees for validated input: causal = 1 sets window_right = 0.
+flash4_fwd_params canonicalize(const flash4_fwd_params& params);
+flash4_bwd_params canonicalize(const flash4_bwd_params& params);
+
+}  // namespace flash4::api

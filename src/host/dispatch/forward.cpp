@@ -1,0 +1,118 @@
+// Implements host/forward.hpp: plan, look up, encode TMA maps, launch.
+#include "host/forward.hpp"
+
+#include <cmath>
+
+#include "host/device_info.hpp"
+#include "host/dispatch/registry.hpp"
+#include "host/planner.hpp"
+#include "host/tma_descriptor.hpp"
+#include "kernels/common/online_softmax.hpp"
+
+namespace flash4::host {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Q/O use (B, Sq, Hq, D); K/V (B, Sk, Hkv, D). In varlen mode the seq axis spans every sequence's rows
+// and the batch axis is a single slice.
+TmaView make_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int rows, int heads,
+                  int box_rows, const FwdTileConfig& tile) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  TmaView view;
+  view.base = base;
+  view.element_type = p.dtype == FLASH4_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  view.element_bytes = kElementBytes;
+  const uint64_t batch = varlen ? 1 : uint64_t(p.batch);
+  view.extent = {uint64_t(p.head_dim), uint64_t(rows), uint64_t(heads), batch};
+  const uint64_t seq_bytes = uint64_t(strides.seq) * kElementBytes;
+  const uint64_t head_bytes = uint64_t(strides.head) * kElementBytes;
+  // The batch stride of a single-slice axis is never used; any valid (16-byte multiple) value will do.
+  const uint64_t batch_bytes = varlen ? seq_bytes : uint64_t(strides.batch) * kElementBytes;
+  view.stride_bytes = {seq_bytes, head_bytes, batch_bytes};
+  view.box_cols = uint32_t(tile.box_cols());
+  view.box_rows = uint32_t(box_rows);
+  view.swizzle_bytes = tile.swizzle_bytes;
+  return view;
+}
+
+}  // namespace
+
+std::size_t forward_workspace_bytes(const flash4_fwd_params&) { return 0; }
+
+LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) {
+  LaunchResult result;
+  const KernelKey key{p.dtype, p.head_dim};
+  const FwdLaunchFn launch = find_fwd_kernel(key);
+  if (launch == nullptr) {
+    result.status = FLASH4_ERROR_NO_KERNEL;
+    result.message = "no forward kernel for " + key.to_string() + " in this build (built: " + built_fwd_kernels() +
+                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including it";
+    return result;
+  }
+  DeviceInfo device;
+  result.status = current_device_info(device, result.message);
+  if (result.status != FLASH4_SUCCESS) return result;
+
+  const FwdPlan plan = plan_forward(p, device);
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int rows_q = varlen ? p.total_q : p.seqlen_q;
+  const int rows_k = varlen ? p.total_k : p.seqlen_k;
+
+  FwdKernelParams kp{};
+  const struct {
+    CUtensorMap* map;
+    const void* base;
+    const flash4_strides* strides;
+    int rows;
+    int heads;
+    int box_rows;
+    const char* name;
+  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m, "q"},
+              {&kp.tma_k, p.k, &p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, "k"},
+              {&kp.tma_v, p.v, &p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
+  for (const auto& m : maps) {
+    std::string error;
+    if (!encode_tma_view(make_view(p, m.base, *m.strides, m.rows, m.heads, m.box_rows, plan.tile), m.map, error)) {
+      result.status = FLASH4_ERROR_CUDA;
+      result.message = std::string("TMA descriptor for ") + m.name + ": " + error;
+      return result;
+    }
+  }
+  kp.o = p.o;
+  kp.o_stride_batch = p.o_strides.batch;
+  kp.o_stride_seq = p.o_strides.seq;
+  kp.o_stride_head = p.o_strides.head;
+  kp.lse = p.lse;
+  kp.batch = p.batch;
+  kp.seqlen_q = p.seqlen_q;
+  kp.seqlen_k = p.seqlen_k;
+  kp.heads_q = p.heads_q;
+  kp.heads_kv = p.heads_kv;
+  kp.total_q = p.total_q;
+  kp.cu_seqlens_q = p.cu_seqlens_q;
+  kp.cu_seqlens_k = p.cu_seqlens_k;
+  kp.has_softcap = p.softcap > 0.0f;
+  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
+  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  kp.window_left = plan.window_left;
+  kp.window_right = plan.window_right;
+  kp.rescale_threshold = kLazyRescaleThresholdLog2;
+  kp.order = plan.order;
+
+  const cudaError_t status = launch(kp, plan.num_ctas, reinterpret_cast<cudaStream_t>(stream));
+  if (status != cudaSuccess) {
+    result.status = FLASH4_ERROR_CUDA;
+    result.message = "forward launch (" + key.to_string() + "): " + cudaGetErrorString(status);
+  }
+  return result;
+}
+
+std::size_t backward_workspace_bytes(const flash4_bwd_params&) { return 0; }
+
+LaunchResult launch_backward(const flash4_bwd_params&, flash4_stream_t) {
+  return LaunchResult{FLASH4_ERROR_NOT_IMPLEMENTED,
+                      "flash4_bwd: this release has no backward kernel yet (the forward is implemented)"};
+}
+
+}  // namespace flash4::host

@@ -1,0 +1,56 @@
+#include "host/tma_descriptor.hpp"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+namespace flash4::host {
+namespace {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled_fn(std::string& error) {
+  static EncodeTiledFn fn = nullptr;
+  static std::string lookup_error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* symbol = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &symbol, 12000, cudaEnableDefault, &found);
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess || symbol == nullptr) {
+      lookup_error = std::string("cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled) failed: ") +
+                     cudaGetErrorString(status);
+      return;
+    }
+    fn = reinterpret_cast<EncodeTiledFn>(symbol);
+  });
+  if (fn == nullptr) error = lookup_error;
+  return fn;
+}
+
+}  // namespace
+
+bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error) {
+  const EncodeTiledFn encode = encode_tiled_fn(error);
+  if (encode == nullptr) return false;
+  const cuuint64_t extent[4] = {view.extent[0], view.extent[1], view.extent[2], view.extent[3]};
+  const cuuint64_t strides[3] = {view.stride_bytes[0], view.stride_bytes[1], view.stride_bytes[2]};
+  const cuuint32_t box[4] = {view.box_cols, view.box_rows, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUtensorMapSwizzle swizzle =
+      view.swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  // Out-of-bounds rows (tails past seqlen) are filled with zeros, which the masks then ignore.
+  const CUresult result = encode(map, view.element_type, 4, const_cast<void*>(view.base), extent, strides, box,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    error = "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(result));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace flash4::host

@@ -1,0 +1,45 @@
+// Everything the forward kernel reads at run time, built by the host planner and passed by value as a
+// __grid_constant__ kernel parameter (so the TMA descriptors live in parameter space, as TMA requires).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/common/mask.hpp"
+#include "kernels/common/tile_order.hpp"
+
+namespace flash4 {
+
+struct FwdKernelParams {
+  // 4-D maps over (head_dim, seq, head, batch); in varlen mode seq spans all sequences and batch is 1.
+  CUtensorMap tma_q;
+  CUtensorMap tma_k;
+  CUtensorMap tma_v;
+
+  void* o;
+  int64_t o_stride_batch;  // elements; ignored in varlen mode
+  int64_t o_stride_seq;
+  int64_t o_stride_head;
+  float* lse;  // optional: (batch, heads_q, seqlen_q) or (heads_q, total_q) in varlen mode
+
+  int batch;
+  int seqlen_q;  // fixed-length sizes; per-sequence sizes come from cu_seqlens in varlen mode
+  int seqlen_k;
+  int heads_q;
+  int heads_kv;
+  int total_q;  // varlen: rows of q/o (the LSE row stride)
+  const int* cu_seqlens_q;  // null: fixed length
+  const int* cu_seqlens_k;
+
+  float scale_log2;        // softmax scale * log2(e), or softcap * log2(e) with softcap
+  float softcap_prescale;  // scale / softcap when softcap is on
+  int has_softcap;
+  int window_left;         // -1: unbounded
+  int window_right;        // -1: unbounded; 0 for causal
+  float rescale_threshold; // lazy rescaling threshold in log2 units (0: classic online softmax)
+
+  TileOrder order;  // persistent tile walk (m-blocks sized by the tile table)
+};
+
+}  // namespace flash4

@@ -1,0 +1,63 @@
+// Mask arithmetic shared by the host planner, the CPU tests and the kernels. Causal is the window
+// (-1, 0); every window is bottom-right aligned: query i's diagonal is key i + (seqlen_k - seqlen_q).
+#pragma once
+
+#include "kernels/common/host_device.hpp"
+
+namespace flash4 {
+
+struct MaskSpec {
+  int seqlen_q;
+  int seqlen_k;
+  int window_left;   // -1: unbounded
+  int window_right;  // -1: unbounded; 0 for causal
+
+  FLASH4_HD int diagonal() const { return seqlen_k - seqlen_q; }
+};
+
+FLASH4_HD int floor_div(int a, int b) { return (a >= 0) ? a / b : -((-a + b - 1) / b); }
+FLASH4_HD int ceil_div_signed(int a, int b) { return -floor_div(-a, b); }
+FLASH4_HD int min_int(int a, int b) { return a < b ? a : b; }
+FLASH4_HD int max_int(int a, int b) { return a > b ? a : b; }
+
+FLASH4_HD bool key_visible(const MaskSpec& mask, int row, int col) {
+  const int diag = row + mask.diagonal();
+  return col < mask.seqlen_k && (mask.window_right < 0 || col <= diag + mask.window_right) &&
+         (mask.window_left < 0 || col >= diag - mask.window_left);
+}
+
+// The key blocks one query block [m0, m0 + block_m) must visit, and the sub-range whose blocks need no
+// per-element mask for any of its rows (so the main loop skips the mask arithmetic there).
+struct KeyBlockRange {
+  int begin;           // first key block with any visible key
+  int end;             // one past the last
+  int unmasked_begin;  // [unmasked_begin, unmasked_end) is fully visible for every row
+  int unmasked_end;
+
+  FLASH4_HD int count() const { return end > begin ? end - begin : 0; }
+  FLASH4_HD bool needs_mask(int block) const { return block < unmasked_begin || block >= unmasked_end; }
+};
+
+FLASH4_HD KeyBlockRange key_block_range(const MaskSpec& mask, int m0, int block_m, int block_n) {
+  const int first_row = m0;
+  const int last_row = min_int(m0 + block_m, mask.seqlen_q) - 1;
+  int lo = 0;
+  int hi = mask.seqlen_k;  // exclusive
+  if (mask.window_left >= 0) lo = max_int(lo, first_row + mask.diagonal() - mask.window_left);
+  if (mask.window_right >= 0) hi = min_int(hi, last_row + mask.diagonal() + mask.window_right + 1);
+  KeyBlockRange range{0, 0, 0, 0};
+  if (last_row < first_row || hi <= lo) return range;
+  range.begin = lo / block_n;
+  range.end = ceil_div_signed(hi, block_n);
+  // Fully visible blocks: inside seqlen_k, right of every row's left edge, left of every row's right edge.
+  int full_hi = mask.seqlen_k;
+  if (mask.window_right >= 0) full_hi = min_int(full_hi, first_row + mask.diagonal() + mask.window_right + 1);
+  int full_lo = 0;
+  if (mask.window_left >= 0) full_lo = max_int(0, last_row + mask.diagonal() - mask.window_left);
+  range.unmasked_begin = max_int(range.begin, ceil_div_signed(full_lo, block_n));
+  range.unmasked_end = min_int(range.end, floor_div(full_hi, block_n));
+  if (range.unmasked_end < range.unmasked_begin) range.unmasked_end = range.unmasked_begin;
+  return range;
+}
+
+}  // namespace flash4

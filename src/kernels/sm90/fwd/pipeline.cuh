@@ -1,0 +1,50 @@
+// Shared-memory layout of the forward kernel and the mbarrier pipeline state that walks its K/V ring.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/fwd_tile_config.hpp"
+
+namespace flash4::sm90 {
+
+template <int kHeadDim>
+struct FwdSmemLayout {
+  static constexpr FwdTileConfig kCfg = fwd_tile_config(kHeadDim);
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kCfg.q_bytes();
+  static constexpr int kVOffset = kKOffset + kCfg.stages * kCfg.kv_stage_bytes();
+  static constexpr int kBarrierOffset = kVOffset + kCfg.stages * kCfg.kv_stage_bytes();
+  static_assert(kKOffset % kSmemAlignment == 0 && kVOffset % kSmemAlignment == 0, "swizzle atoms need 1 KiB alignment");
+  static_assert(kCfg.kv_stage_bytes() % kSmemAlignment == 0, "every K/V stage must start on a swizzle atom");
+};
+
+// One full/empty pair per buffer: the producer's TMA completes `full`, the consumers' arrivals
+// complete `empty`.
+template <int kStages>
+struct FwdBarriers {
+  uint64_t q_full;
+  uint64_t q_empty;
+  uint64_t k_full[kStages];
+  uint64_t k_empty[kStages];
+  uint64_t v_full[kStages];
+  uint64_t v_empty[kStages];
+};
+
+// Position in the K/V ring: the stage index and the parity of the barrier phase that stage is in.
+template <int kStages>
+struct RingPosition {
+  int stage = 0;
+  uint32_t phase = 0;
+
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// Every consumer warp arrives once on an `empty` barrier (lane 0 after the warp's wgmma wait).
+inline constexpr int kConsumerWarpsPerCta(int consumer_warpgroups) { return consumer_warpgroups * 4; }
+
+}  // namespace flash4::sm90

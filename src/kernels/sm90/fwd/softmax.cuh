@@ -1,0 +1,124 @@
+// The consumer's softmax on one S tile held in wgmma accumulator registers, with FA4's two tricks:
+// lazy rescaling (keep a stale row max while it is within the threshold) and a compile-time share of
+// the exponentials computed by the FMA-pipe polynomial instead of the MUFU unit.
+//
+// Register layout (wgmma m64nN accumulator): s[4k + 2i + j] is row (lane / 4) + 8i of the warp's 16
+// rows, column 8k + 2 (lane % 4) + j. Each thread thus owns two rows; a row is spread over the 4
+// threads of a quad.
+#pragma once
+
+#include "kernels/common/mask.hpp"
+#include "kernels/common/online_softmax.hpp"
+#include "kernels/common/soft_exp2.hpp"
+#include "kernels/sm90/ptx/math.cuh"
+
+namespace flash4::sm90 {
+
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kBlockN, int kSoftExp2Eighths>
+struct RowSoftmax {
+  static constexpr int kRegs = kBlockN / 2;   // S floats per thread
+  static constexpr int kColBlocks = kBlockN / 8;
+
+  float max_log2[2];  // running (possibly stale) max in log2 units; the exponent offset
+  float sum[2];       // this thread's partial row sums (reduced over the quad at the end)
+
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      max_log2[i] = kNegInf;
+      sum[i] = 0.0f;
+    }
+  }
+
+  // softcap * tanh(s * scale / softcap); the caller's scale_log2 then carries softcap * log2(e).
+  __device__ __forceinline__ static void apply_softcap(float (&s)[kRegs], float prescale) {
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) s[r] = tanh_approx(s[r] * prescale);
+  }
+
+  // Sets masked scores to -inf. row0: the tile-relative index of this thread's first row plus the
+  // tile's first row in its sequence; col0: the key block's first key.
+  __device__ __forceinline__ static void apply_mask(float (&s)[kRegs], const MaskSpec& mask, int row0, int col0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int k = 0; k < kColBlocks; ++k) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int col = col0 + 8 * k + 2 * (lane % 4) + j;
+          if (!key_visible(mask, row0 + 8 * i, col)) s[4 * k + 2 * i + j] = kNegInf;
+        }
+      }
+    }
+  }
+
+  // Folds one S tile into the row state and turns S into unnormalized probabilities in place.
+  // Returns true when the warp decided to move its maxima; `factor` then holds the multipliers for O.
+  __device__ __forceinline__ bool step(float (&s)[kRegs], float scale_log2, float threshold, float (&factor)[2]) {
+    float tile_max[2];
+    bool wants_rescale = false;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float m = kNegInf;
+#pragma unroll
+      for (int k = 0; k < kColBlocks; ++k) m = fmaxf(m, fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
+      tile_max[i] = quad_max(m) * scale_log2;
+      wants_rescale |= needs_rescale(max_log2[i], tile_max[i], threshold);
+    }
+    // Warp-uniform decision: the O multiply below is skipped by the whole warp or done by it.
+    const bool rescale = __any_sync(0xffffffffu, wants_rescale);
+    if (rescale) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float new_max = fmaxf(max_log2[i], tile_max[i]);
+        factor[i] = max_log2[i] == kNegInf ? 1.0f : ex2_approx(max_log2[i] - new_max);
+        max_log2[i] = new_max;
+        sum[i] *= factor[i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float offset = exponent_offset(max_log2[i]);
+      float row_sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kColBlocks; ++k) {
+        // The first kSoftExp2Eighths of every 8 column blocks go to the FMA polynomial.
+        const bool on_fma = (k % 8) < kSoftExp2Eighths;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float x = fmaf(s[4 * k + 2 * i + j], scale_log2, -offset);
+          const float p = on_fma ? soft_exp2(x) : ex2_approx(x);
+          s[4 * k + 2 * i + j] = p;
+          row_sum += p;
+        }
+      }
+      sum[i] += row_sum;
+    }
+    return rescale;
+  }
+
+  // Final per-row normalizer (1 / l, 0 for an empty row) and the natural-log LSE (-inf for an empty row).
+  __device__ __forceinline__ void finish(float (&inv_sum)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float total = quad_sum(sum[i]);
+      const bool empty = !(total > 0.0f);
+      inv_sum[i] = empty ? 0.0f : 1.0f / total;
+      lse[i] = empty ? kNegInf : (max_log2[i] + __log2f(total)) * kLn2;
+    }
+  }
+};
+
+}  // namespace flash4::sm90

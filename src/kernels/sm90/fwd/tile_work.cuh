@@ -1,0 +1,52 @@
+// Resolves a linear persistent-tile index into the work of one CTA tile: which sequence and head, which
+// query rows, which key blocks. Producer and consumers call it with the same index and so agree on the
+// work without talking to each other.
+#pragma once
+
+#include "kernels/common/fwd_params.hpp"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/tile_order.hpp"
+
+namespace flash4::sm90 {
+
+struct TileWork {
+  int batch;
+  int head;
+  int head_kv;
+  int m0;          // first query row of the tile within its sequence
+  int q_row_base;  // TMA seq coordinate of the sequence's row 0 (nonzero in varlen mode)
+  int k_row_base;
+  int tma_batch;   // TMA batch coordinate (0 in varlen mode)
+  int seqlen_q;
+  int seqlen_k;
+  KeyBlockRange keys;
+  bool has_rows;   // false when the tile lies past the end of its (varlen) sequence
+};
+
+__device__ __forceinline__ TileWork resolve_tile(const FwdKernelParams& p, int linear, int block_m, int block_n) {
+  const Tile tile = tile_at(p.order, linear);
+  TileWork work;
+  work.batch = tile.batch;
+  work.head = tile.head;
+  work.head_kv = tile.head / (p.heads_q / p.heads_kv);
+  work.m0 = tile.m_block * block_m;
+  if (p.cu_seqlens_q != nullptr) {
+    work.q_row_base = p.cu_seqlens_q[tile.batch];
+    work.k_row_base = p.cu_seqlens_k[tile.batch];
+    work.seqlen_q = p.cu_seqlens_q[tile.batch + 1] - work.q_row_base;
+    work.seqlen_k = p.cu_seqlens_k[tile.batch + 1] - work.k_row_base;
+    work.tma_batch = 0;
+  } else {
+    work.q_row_base = 0;
+    work.k_row_base = 0;
+    work.seqlen_q = p.seqlen_q;
+    work.seqlen_k = p.seqlen_k;
+    work.tma_batch = tile.batch;
+  }
+  work.has_rows = work.m0 < work.seqlen_q;
+  const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+  work.keys = work.has_rows ? key_block_range(mask, work.m0, block_m, block_n) : KeyBlockRange{0, 0, 0, 0};
+  return work;
+}
+
+}  // namespace flash4::sm90

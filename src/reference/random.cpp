@@ -1,0 +1,43 @@
+// Random inputs for tests and the benchmark: unit-normal values, as attention inputs typically are
+// after layer norm, rounded to the kernel's input precision so that the reference sees exactly what the
+// kernel sees.
+#include <random>
+
+#include "reference/reference.hpp"
+
+namespace flash4::ref {
+namespace {
+
+void append_normal(std::vector<float>& out, std::size_t n, Precision precision, std::mt19937_64& engine) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  out.reserve(out.size() + n);
+  for (std::size_t e = 0; e < n; ++e) out.push_back(round_to(precision, normal(engine)));
+}
+
+}  // namespace
+
+std::uint64_t fresh_seed() {
+  std::random_device device;
+  // random_device yields 32 bits per call; two calls fill the 64-bit seed.
+  return (static_cast<std::uint64_t>(device()) << 32) | device();
+}
+
+std::vector<float> random_tensor(std::size_t n, Precision precision, std::uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::vector<float> out;
+  append_normal(out, n, precision, engine);
+  return out;
+}
+
+Inputs random_inputs(const Problem& problem, Precision precision, std::uint64_t seed) {
+  validate(problem);
+  std::mt19937_64 engine(seed);
+  Inputs inputs;
+  append_normal(inputs.q, problem.q_elements(), precision, engine);
+  append_normal(inputs.k, problem.kv_elements(), precision, engine);
+  append_normal(inputs.v, problem.kv_elements(), precision, engine);
+  append_normal(inputs.dout, problem.q_elements(), precision, engine);
+  return inputs;
+}
+
+}  // namespace flash4::ref

@@ -1,0 +1,132 @@
+// The CPU reference for attention (DESIGN.md section 4):
+//  - forward_fp64 / backward_fp64: the exact answer (fp64 arithmetic on the given float inputs) that
+//    every kernel is measured against;
+//  - forward_naive / backward_naive: a naive implementation in the kernel's precision, whose error
+//    against fp64 sets the tolerance (tests/tolerance.hpp).
+// Plain loops, written for clarity: tests use small sizes, and the benchmark verifies sampled rows of
+// large problems with forward_fp64_row. Every entry point validates its arguments and throws
+// std::invalid_argument (or std::out_of_range for a row index) on a mistake.
+//
+// Layouts and mask semantics are those of the C ABI (include/flash4/flash4.h), with dense tensors:
+//   fixed length: q, o, dout, dq (B, Sq, Hq, D); k, v, dk, dv (B, Sk, Hkv, D); lse (B, Hq, Sq)
+//   varlen:       q, o, dout, dq (total_q, Hq, D); k, v, dk, dv (total_k, Hkv, D); lse (Hq, total_q)
+// A query row that sees no key gets O = 0, LSE = -inf, and zero gradients.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reference/precision.hpp"
+
+namespace flash4::ref {
+
+struct Problem {
+  int batch = 1;
+  int seqlen_q = 1;  // ignored when varlen
+  int seqlen_k = 1;  // ignored when varlen
+  int heads_q = 1;
+  int heads_kv = 1;  // divides heads_q; query head h reads kv head h / (heads_q / heads_kv)
+  int head_dim = 64;
+  double scale = 0.125;  // softmax scale applied to q.k
+  bool causal = false;   // bottom-right aligned
+  int window_left = -1;  // -1 = unbounded
+  int window_right = -1;
+  double softcap = 0.0;  // 0 = off; else score = softcap * tanh(scale * q.k / softcap)
+  // Empty: fixed length. Else batch + 1 row offsets each (starting at 0, non-decreasing). The "= {}"
+  // lets designated initializers leave them out without a -Wmissing-field-initializers warning.
+  std::vector<int> cu_seqlens_q = {};
+  std::vector<int> cu_seqlens_k = {};
+
+  bool is_varlen() const { return !cu_seqlens_q.empty(); }
+  int seq_q(int b) const { return is_varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
+  int seq_k(int b) const { return is_varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
+  // First row of sequence b in the (rows, heads, head_dim) view of q / k.
+  int offset_q(int b) const { return is_varlen() ? cu_seqlens_q[b] : b * seqlen_q; }
+  int offset_k(int b) const { return is_varlen() ? cu_seqlens_k[b] : b * seqlen_k; }
+  int rows_q() const { return is_varlen() ? cu_seqlens_q.back() : batch * seqlen_q; }
+  int rows_k() const { return is_varlen() ? cu_seqlens_k.back() : batch * seqlen_k; }
+  int kv_head(int h) const { return h / (heads_q / heads_kv); }
+
+  // Element counts of the dense tensors.
+  std::size_t q_elements() const { return static_cast<std::size_t>(rows_q()) * heads_q * head_dim; }
+  std::size_t kv_elements() const { return static_cast<std::size_t>(rows_k()) * heads_kv * head_dim; }
+  std::size_t lse_elements() const { return static_cast<std::size_t>(rows_q()) * heads_q; }
+
+  // Index of the first of the head_dim elements of query row i, head h, of sequence b (also o, dout, dq).
+  std::size_t q_index(int b, int i, int h) const {
+    return (static_cast<std::size_t>(offset_q(b) + i) * heads_q + h) * head_dim;
+  }
+  // The same for key row j of kv head h_kv (k, v, dk, dv).
+  std::size_t kv_index(int b, int j, int h_kv) const {
+    return (static_cast<std::size_t>(offset_k(b) + j) * heads_kv + h_kv) * head_dim;
+  }
+  std::size_t lse_index(int b, int h, int i) const {
+    return is_varlen() ? static_cast<std::size_t>(h) * rows_q() + offset_q(b) + i
+                       : (static_cast<std::size_t>(b) * heads_q + h) * seqlen_q + i;
+  }
+};
+
+// Throws std::invalid_argument naming the field when the problem is inconsistent.
+void validate(const Problem& problem);
+
+// One line describing the problem, for test traces and messages.
+std::string to_string(const Problem& problem);
+
+// Within one sequence of sq queries and sk keys: query i sees key j iff j < sk and
+//   (not causal or j <= i + sk - sq) and (window_left < 0 or j >= i + sk - sq - window_left)
+//   and (window_right < 0 or j <= i + sk - sq + window_right).
+bool key_visible(const Problem& problem, int sq, int sk, int i, int j);
+
+struct ForwardResult64 {
+  std::vector<double> o, lse;
+};
+ForwardResult64 forward_fp64(const Problem& problem, std::span<const float> q, std::span<const float> k,
+                             std::span<const float> v);
+
+// One query row (row `row` of sequence `batch`, query head `head`): writes head_dim values to o_row and
+// one to *lse. Costs O(seq_k * head_dim), so huge problems can be checked on a sample of rows.
+void forward_fp64_row(const Problem& problem, std::span<const float> q, std::span<const float> k,
+                      std::span<const float> v, int batch, int head, int row, double* o_row, double* lse);
+
+// The naive same-precision forward: q, k, v rounded to `precision` (a no-op for inputs that already
+// are), scores, softmax and sums in fp32, P rounded to `precision` before P @ V, fp32 accumulation,
+// O rounded to `precision`; LSE stays fp32, as kernels write it.
+struct ForwardResult32 {
+  std::vector<float> o, lse;
+};
+ForwardResult32 forward_naive(const Problem& problem, Precision precision, std::span<const float> q,
+                              std::span<const float> k, std::span<const float> v);
+
+// Gradients of sum(O * dout). dk and dv of a kv head sum the contributions of all query heads of its
+// GQA group.
+struct BackwardResult64 {
+  std::vector<double> dq, dk, dv;
+};
+BackwardResult64 backward_fp64(const Problem& problem, std::span<const float> q, std::span<const float> k,
+                               std::span<const float> v, std::span<const float> dout);
+
+// The naive same-precision backward: inputs rounded to `precision`, fp32 math, P and dS rounded to
+// `precision` before the matmuls that consume them, dq/dk/dv rounded to `precision` at the end.
+struct BackwardResult32 {
+  std::vector<float> dq, dk, dv;
+};
+BackwardResult32 backward_naive(const Problem& problem, Precision precision, std::span<const float> q,
+                                std::span<const float> k, std::span<const float> v,
+                                std::span<const float> dout);
+
+// A nondeterministic seed (std::random_device); tests print it so that a failure can be replayed.
+std::uint64_t fresh_seed();
+
+// n values drawn from normal(0, 1), rounded to `precision`; the same seed gives the same values.
+std::vector<float> random_tensor(std::size_t n, Precision precision, std::uint64_t seed = fresh_seed());
+
+// Random q, k, v and dout for a problem, as random_tensor makes them, from one seed.
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+};
+Inputs random_inputs(const Problem& problem, Precision precision, std::uint64_t seed = fresh_seed());
+
+}  // namespace flash4::ref

@@ -1,0 +1,563 @@
+// Validation through the C ABI: every bad input is rejected with its own status and a message naming the
+// argument, by flash4_*_check, flash4_*_workspace_size and flash4_fwd / flash4_bwd alike, before any CUDA call
+// (so these tests need no GPU). Valid launches are not tested here: they need a device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "flash4/flash4.h"
+
+namespace {
+
+constexpr int kBatch = 2;
+constexpr int kSeqlenQ = 128;
+constexpr int kSeqlenK = 256;
+constexpr int kHeadsQ = 8;
+constexpr int kHeadsKv = 2;
+constexpr int kHeadDim = 128;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Validation never dereferences pointers, so distinct 16-byte aligned addresses stand in for device memory.
+template <class T = void>
+T* fake_device_pointer(int index) {
+  return reinterpret_cast<T*>(std::uintptr_t{0x1000000} * (index + 1));
+}
+
+template <class T>
+T* offset_bytes(T* pointer, int bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(pointer) + bytes);
+}
+
+flash4_strides contiguous(int seqlen, int heads) {
+  return {int64_t{seqlen} * heads * kHeadDim, int64_t{heads} * kHeadDim, kHeadDim};
+}
+
+flash4_fwd_params valid_fwd() {
+  flash4_fwd_params p{};
+  p.struct_size = sizeof(p);
+  p.dtype = FLASH4_DTYPE_BF16;
+  p.q = fake_device_pointer(0);
+  p.k = fake_device_pointer(1);
+  p.v = fake_device_pointer(2);
+  p.o = fake_device_pointer(3);
+  p.lse = fake_device_pointer<float>(4);
+  p.q_strides = p.o_strides = contiguous(kSeqlenQ, kHeadsQ);
+  p.k_strides = p.v_strides = contiguous(kSeqlenK, kHeadsKv);
+  p.batch = kBatch;
+  p.seqlen_q = kSeqlenQ;
+  p.seqlen_k = kSeqlenK;
+  p.heads_q = kHeadsQ;
+  p.heads_kv = kHeadsKv;
+  p.head_dim = kHeadDim;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  p.window_left = -1;
+  p.window_right = -1;
+  return p;
+}
+
+flash4_bwd_params valid_bwd() {
+  flash4_bwd_params p{};
+  p.struct_size = sizeof(p);
+  p.dtype = FLASH4_DTYPE_FP16;
+  p.q = fake_device_pointer(0);
+  p.k = fake_device_pointer(1);
+  p.v = fake_device_pointer(2);
+  p.o = fake_device_pointer(3);
+  p.dout = fake_device_pointer(4);
+  p.lse = fake_device_pointer<const float>(5);
+  p.dq = fake_device_pointer(6);
+  p.dk = fake_device_pointer(7);
+  p.dv = fake_device_pointer(8);
+  p.q_strides = p.o_strides = p.dout_strides = p.dq_strides = contiguous(kSeqlenQ, kHeadsQ);
+  p.k_strides = p.v_strides = p.dk_strides = p.dv_strides = contiguous(kSeqlenK, kHeadsKv);
+  p.batch = kBatch;
+  p.seqlen_q = kSeqlenQ;
+  p.seqlen_k = kSeqlenK;
+  p.heads_q = kHeadsQ;
+  p.heads_kv = kHeadsKv;
+  p.head_dim = kHeadDim;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  p.window_left = -1;
+  p.window_right = -1;
+  return p;
+}
+
+// Packed varlen tensors: (total, heads, head_dim).
+void make_varlen(flash4_fwd_params& p) {
+  p.cu_seqlens_q = fake_device_pointer<const int32_t>(10);
+  p.cu_seqlens_k = fake_device_pointer<const int32_t>(11);
+  p.max_seqlen_q = kSeqlenQ;
+  p.max_seqlen_k = kSeqlenK;
+  p.total_q = kBatch * kSeqlenQ;
+  p.total_k = kBatch * kSeqlenK;
+}
+
+std::string last_error() { return flash4_last_error_message(); }
+
+// The call's status is `status` and its message names `argument`.
+void expect_status(flash4_status got, flash4_status status, const std::string& argument, const char* call) {
+  const std::string message = last_error();
+  EXPECT_EQ(got, status) << call << " returned " << flash4_status_string(got) << " (" << message << "), expected "
+                         << flash4_status_string(status);
+  EXPECT_NE(message.find(argument), std::string::npos)
+      << call << ": the message \"" << message << "\" does not name " << argument;
+}
+
+// Every fwd entry point rejects p the same way, before launching (a launch would need a GPU).
+void expect_fwd_rejected(const flash4_fwd_params& p, flash4_status status, const std::string& argument) {
+  expect_status(flash4_fwd_check(&p), status, argument, "flash4_fwd_check");
+  std::size_t bytes = 1;
+  expect_status(flash4_fwd_workspace_size(&p, &bytes), status, argument, "flash4_fwd_workspace_size");
+  EXPECT_EQ(bytes, 0u) << "a rejected call reports 0 workspace bytes";
+  expect_status(flash4_fwd(&p, nullptr), status, argument, "flash4_fwd");
+}
+
+void expect_bwd_rejected(const flash4_bwd_params& p, flash4_status status, const std::string& argument) {
+  expect_status(flash4_bwd_check(&p), status, argument, "flash4_bwd_check");
+  std::size_t bytes = 1;
+  expect_status(flash4_bwd_workspace_size(&p, &bytes), status, argument, "flash4_bwd_workspace_size");
+  EXPECT_EQ(bytes, 0u);
+  expect_status(flash4_bwd(&p, nullptr), status, argument, "flash4_bwd");
+}
+
+void expect_fwd_valid(const flash4_fwd_params& p) {
+  EXPECT_EQ(flash4_fwd_check(&p), FLASH4_SUCCESS) << last_error();
+  EXPECT_EQ(last_error(), "");
+}
+
+// ---- the ABI's small functions --------------------------------------------------------------------------
+
+TEST(CApi, VersionNumberMatchesVersionString) {
+  const int version = flash4_version();
+  const std::string text = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+                           std::to_string(version % 100);
+  EXPECT_EQ(text, flash4_version_string());
+  EXPECT_EQ(version, 100) << "the project version is 0.1.0";
+}
+
+TEST(CApi, EveryStatusHasItsOwnName) {
+  std::set<std::string> names;
+  for (int s = FLASH4_SUCCESS; s <= FLASH4_ERROR_INTERNAL; ++s) {
+    const std::string name = flash4_status_string(static_cast<flash4_status>(s));
+    EXPECT_EQ(name.rfind("FLASH4_", 0), 0u) << "status " << s << " is named " << name;
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), static_cast<std::size_t>(FLASH4_ERROR_INTERNAL + 1));
+  EXPECT_STREQ(flash4_status_string(static_cast<flash4_status>(999)), "unknown flash4_status");
+}
+
+TEST(CApi, LastErrorClearsOnSuccess) {
+  flash4_fwd_params bad = valid_fwd();
+  bad.head_dim = 80;
+  ASSERT_NE(flash4_fwd_check(&bad), FLASH4_SUCCESS);
+  ASSERT_NE(last_error(), "");
+  const flash4_fwd_params good = valid_fwd();
+  EXPECT_EQ(flash4_fwd_check(&good), FLASH4_SUCCESS);
+  EXPECT_EQ(last_error(), "");
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  flash4_fwd_params bad = valid_fwd();
+  bad.head_dim = 80;
+  ASSERT_NE(flash4_fwd_check(&bad), FLASH4_SUCCESS);
+  std::string other_thread = "unset";
+  std::thread([&] { other_thread = last_error(); }).join();
+  EXPECT_EQ(other_thread, "");
+  EXPECT_NE(last_error(), "");
+}
+
+// ---- forward: valid input ------------------------------------------------------------------------------
+
+TEST(FwdValidation, ValidParamsPass) { expect_fwd_valid(valid_fwd()); }
+
+TEST(FwdValidation, LseIsOptional) {
+  flash4_fwd_params p = valid_fwd();
+  p.lse = nullptr;
+  expect_fwd_valid(p);
+}
+
+TEST(FwdValidation, EveryHeadDimAndDtypePasses) {
+  for (flash4_dtype dtype : {FLASH4_DTYPE_BF16, FLASH4_DTYPE_FP16}) {
+    for (int head_dim : {64, 96, 128, 192, 256}) {
+      flash4_fwd_params p = valid_fwd();
+      p.dtype = dtype;
+      p.head_dim = head_dim;
+      SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+      expect_fwd_valid(p);
+    }
+  }
+}
+
+TEST(FwdValidation, CausalAllowsWindowRightUnboundedOrZero) {
+  for (int window_right : {-1, 0}) {
+    flash4_fwd_params p = valid_fwd();
+    p.causal = 1;
+    p.window_right = window_right;
+    p.window_left = 64;
+    expect_fwd_valid(p);
+  }
+}
+
+TEST(FwdValidation, MultiQueryAttentionPasses) {
+  flash4_fwd_params p = valid_fwd();
+  p.heads_kv = 1;
+  p.k_strides = p.v_strides = contiguous(kSeqlenK, 1);
+  expect_fwd_valid(p);
+}
+
+TEST(FwdValidation, VarlenPassesAndIgnoresBatchStrides) {
+  flash4_fwd_params p = valid_fwd();
+  make_varlen(p);
+  p.q_strides.batch = p.k_strides.batch = p.v_strides.batch = p.o_strides.batch = 0;
+  p.seqlen_q = p.seqlen_k = -5;  // ignored in varlen mode
+  expect_fwd_valid(p);
+}
+
+TEST(FwdValidation, EmptyProblemSucceedsAndLaunchesNothing) {
+  // With no query rows or no key rows nothing is computed: flash4_fwd returns success without reaching the
+  // launcher (which, on a machine without a GPU, would answer FLASH4_ERROR_NO_DEVICE).
+  for (auto empty : {+[](flash4_fwd_params& p) { p.seqlen_q = 0; }, +[](flash4_fwd_params& p) { p.seqlen_k = 0; },
+                     +[](flash4_fwd_params& p) { make_varlen(p), p.total_q = 0; },
+                     +[](flash4_fwd_params& p) { make_varlen(p), p.total_k = 0; }}) {
+    flash4_fwd_params p = valid_fwd();
+    empty(p);
+    std::size_t bytes = 1;
+    EXPECT_EQ(flash4_fwd_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
+    EXPECT_EQ(bytes, 0u);
+    EXPECT_EQ(flash4_fwd(&p, nullptr), FLASH4_SUCCESS) << last_error();
+    EXPECT_EQ(last_error(), "");
+  }
+}
+
+TEST(FwdValidation, EmptyTensorsMayBeNull) {
+  // PyTorch gives empty tensors a NULL data pointer; tensors without rows are never accessed.
+  flash4_fwd_params p = valid_fwd();
+  p.seqlen_q = 0;
+  p.q = p.o = nullptr;
+  p.q_strides.batch = p.o_strides.batch = 0;
+  EXPECT_EQ(flash4_fwd(&p, nullptr), FLASH4_SUCCESS) << last_error();
+}
+
+// ---- forward: each bad input ---------------------------------------------------------------------------
+
+TEST(FwdValidation, NullParams) {
+  expect_status(flash4_fwd_check(nullptr), FLASH4_ERROR_NULL_POINTER, "params", "flash4_fwd_check");
+  expect_status(flash4_fwd(nullptr, nullptr), FLASH4_ERROR_NULL_POINTER, "params", "flash4_fwd");
+  std::size_t bytes = 0;
+  expect_status(flash4_fwd_workspace_size(nullptr, &bytes), FLASH4_ERROR_NULL_POINTER, "params",
+                "flash4_fwd_workspace_size");
+}
+
+TEST(FwdValidation, NullWorkspaceSizeOutput) {
+  const flash4_fwd_params p = valid_fwd();
+  expect_status(flash4_fwd_workspace_size(&p, nullptr), FLASH4_ERROR_NULL_POINTER, "bytes",
+                "flash4_fwd_workspace_size");
+}
+
+TEST(FwdValidation, UnknownStructSize) {
+  for (std::size_t size : {std::size_t{0}, sizeof(flash4_fwd_params) - 8, sizeof(flash4_fwd_params) + 8}) {
+    flash4_fwd_params p = valid_fwd();
+    p.struct_size = size;
+    SCOPED_TRACE("struct_size " + std::to_string(size));
+    expect_fwd_rejected(p, FLASH4_ERROR_INVALID_STRUCT_SIZE, "struct_size");
+  }
+}
+
+TEST(FwdValidation, UnsupportedDtype) {
+  flash4_fwd_params p = valid_fwd();
+  p.dtype = static_cast<flash4_dtype>(7);
+  expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype");
+  expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_DTYPE, "FLASH4_DTYPE_BF16");
+}
+
+TEST(FwdValidation, UnsupportedHeadDim) {
+  for (int head_dim : {-64, 0, 32, 80, 129, 512}) {
+    flash4_fwd_params p = valid_fwd();
+    p.head_dim = head_dim;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+    expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "64, 96, 128, 192, 256");
+  }
+}
+
+TEST(FwdValidation, BatchBelowOne) {
+  for (int batch : {0, -1}) {
+    flash4_fwd_params p = valid_fwd();
+    p.batch = batch;
+    expect_fwd_rejected(p, FLASH4_ERROR_INVALID_SIZE, "batch");
+  }
+}
+
+TEST(FwdValidation, HeadsBelowOne) {
+  flash4_fwd_params p = valid_fwd();
+  p.heads_q = 0;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_SIZE, "heads_q");
+  p = valid_fwd();
+  p.heads_kv = -2;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_SIZE, "heads_kv");
+}
+
+TEST(FwdValidation, NegativeSeqlen) {
+  flash4_fwd_params p = valid_fwd();
+  p.seqlen_q = -1;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_SIZE, "seqlen_q");
+  p = valid_fwd();
+  p.seqlen_k = -1;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_SIZE, "seqlen_k");
+}
+
+TEST(FwdValidation, HeadsQNotAMultipleOfHeadsKv) {
+  flash4_fwd_params p = valid_fwd();
+  p.heads_kv = 3;
+  p.k_strides = p.v_strides = contiguous(kSeqlenK, 3);
+  expect_fwd_rejected(p, FLASH4_ERROR_HEAD_RATIO, "heads_kv");
+}
+
+TEST(FwdValidation, NullTensor) {
+  for (const char* name : {"q", "k", "v", "o"}) {
+    flash4_fwd_params p = valid_fwd();
+    const std::string n = name;
+    if (n == "q") p.q = nullptr;
+    if (n == "k") p.k = nullptr;
+    if (n == "v") p.v = nullptr;
+    if (n == "o") p.o = nullptr;
+    SCOPED_TRACE(n);
+    expect_fwd_rejected(p, FLASH4_ERROR_NULL_POINTER, n + " is NULL");
+  }
+}
+
+TEST(FwdValidation, MisalignedTensorPointer) {
+  flash4_fwd_params p = valid_fwd();
+  p.q = offset_bytes(p.q, 8);
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "q is not 16-byte aligned");
+  p = valid_fwd();
+  p.o = offset_bytes(p.o, 2);
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "o is not 16-byte aligned");
+}
+
+TEST(FwdValidation, MisalignedLse) {
+  flash4_fwd_params p = valid_fwd();
+  p.lse = offset_bytes(p.lse, 2);
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "lse");
+}
+
+TEST(FwdValidation, StrideNotAMultipleOf16Bytes) {
+  flash4_fwd_params p = valid_fwd();
+  p.q_strides.seq += 4;  // 8 bytes off
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "q_strides.seq");
+  p = valid_fwd();
+  p.k_strides.head = kHeadDim + 1;
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "k_strides.head");
+  p = valid_fwd();
+  p.v_strides.batch -= 2;
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "v_strides.batch");
+  p = valid_fwd();
+  p.o_strides.seq -= 1;
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "o_strides.seq");
+}
+
+TEST(FwdValidation, NonPositiveStride) {
+  flash4_fwd_params p = valid_fwd();
+  p.q_strides.head = 0;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_ARGUMENT, "q_strides.head");
+  p = valid_fwd();
+  p.k_strides.seq = -kHeadsKv * kHeadDim;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_ARGUMENT, "k_strides.seq");
+}
+
+TEST(FwdValidation, StrideBeyondTmaLimit) {
+  flash4_fwd_params p = valid_fwd();
+  p.q_strides.batch = int64_t{1} << 40;  // elements: 2^41 bytes
+  expect_fwd_rejected(p, FLASH4_ERROR_SIZE_OVERFLOW, "q_strides.batch");
+}
+
+TEST(FwdValidation, SoftmaxScaleNotFiniteOrNotPositive) {
+  for (float scale : {kNaN, kInf, 0.0f, -0.125f}) {
+    flash4_fwd_params p = valid_fwd();
+    p.softmax_scale = scale;
+    SCOPED_TRACE("softmax_scale " + std::to_string(scale));
+    expect_fwd_rejected(p, FLASH4_ERROR_INVALID_ARGUMENT, "softmax_scale");
+  }
+}
+
+TEST(FwdValidation, SoftcapNegativeOrNotFinite) {
+  for (float softcap : {-1.0f, kNaN, kInf}) {
+    flash4_fwd_params p = valid_fwd();
+    p.softcap = softcap;
+    SCOPED_TRACE("softcap " + std::to_string(softcap));
+    expect_fwd_rejected(p, FLASH4_ERROR_INVALID_ARGUMENT, "softcap");
+  }
+}
+
+TEST(FwdValidation, CausalNotZeroOrOne) {
+  for (int causal : {-1, 2}) {
+    flash4_fwd_params p = valid_fwd();
+    p.causal = causal;
+    expect_fwd_rejected(p, FLASH4_ERROR_INVALID_MASK, "causal");
+  }
+}
+
+TEST(FwdValidation, WindowBelowMinusOne) {
+  flash4_fwd_params p = valid_fwd();
+  p.window_left = -2;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_MASK, "window_left");
+  p = valid_fwd();
+  p.window_right = -3;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_MASK, "window_right");
+}
+
+TEST(FwdValidation, CausalWithPositiveWindowRight) {
+  flash4_fwd_params p = valid_fwd();
+  p.causal = 1;
+  p.window_right = 16;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_MASK, "window_right");
+}
+
+TEST(FwdValidation, VarlenWithOnlyOneCuSeqlens) {
+  flash4_fwd_params p = valid_fwd();
+  make_varlen(p);
+  p.cu_seqlens_k = nullptr;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_VARLEN, "cu_seqlens_k");
+  p = valid_fwd();
+  make_varlen(p);
+  p.cu_seqlens_q = nullptr;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_VARLEN, "cu_seqlens_q");
+}
+
+TEST(FwdValidation, VarlenMaxSeqlenBelowOne) {
+  flash4_fwd_params p = valid_fwd();
+  make_varlen(p);
+  p.max_seqlen_q = 0;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_q");
+  p = valid_fwd();
+  make_varlen(p);
+  p.max_seqlen_k = -1;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_k");
+}
+
+TEST(FwdValidation, VarlenNegativeTotal) {
+  flash4_fwd_params p = valid_fwd();
+  make_varlen(p);
+  p.total_q = -1;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_VARLEN, "total_q");
+  p = valid_fwd();
+  make_varlen(p);
+  p.total_k = -1;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_VARLEN, "total_k");
+}
+
+TEST(FwdValidation, VarlenMisalignedCuSeqlens) {
+  flash4_fwd_params p = valid_fwd();
+  make_varlen(p);
+  p.cu_seqlens_q = offset_bytes(p.cu_seqlens_q, 2);
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "cu_seqlens_q");
+}
+
+TEST(FwdValidation, RowsTimesHeadsOverflowInt32) {
+  // 2 * 2^27 rows * 8 heads = 2^31 (row, head) pairs: one more than int32 indexes (also the LSE entries).
+  flash4_fwd_params p = valid_fwd();
+  p.seqlen_q = 1 << 27;
+  p.q_strides = p.o_strides = contiguous(p.seqlen_q, kHeadsQ);
+  expect_fwd_rejected(p, FLASH4_ERROR_SIZE_OVERFLOW, "q: 268435456 rows x 8 heads");
+  // The same count in varlen mode, from total_k.
+  p = valid_fwd();
+  make_varlen(p);
+  p.heads_kv = kHeadsQ;
+  p.total_k = 1 << 28;
+  expect_fwd_rejected(p, FLASH4_ERROR_SIZE_OVERFLOW, "k: 268435456 rows x 8 heads");
+}
+
+TEST(FwdValidation, LargestOffsetOverflowsInt64) {
+  // 2^25 batches of one row, 2^38 elements (2^39 bytes, within TMA's limit) apart: the last byte lies past 2^63.
+  flash4_fwd_params p = valid_fwd();
+  p.batch = 1 << 25;
+  p.seqlen_q = 1;
+  p.heads_q = p.heads_kv = 1;
+  p.q_strides.batch = int64_t{1} << 38;
+  expect_fwd_rejected(p, FLASH4_ERROR_SIZE_OVERFLOW, "q: the largest byte offset");
+}
+
+// ---- backward ------------------------------------------------------------------------------------------
+
+TEST(BwdValidation, ValidParamsPass) {
+  const flash4_bwd_params p = valid_bwd();
+  EXPECT_EQ(flash4_bwd_check(&p), FLASH4_SUCCESS) << last_error();
+  EXPECT_EQ(last_error(), "");
+}
+
+TEST(BwdValidation, NullParams) {
+  expect_status(flash4_bwd_check(nullptr), FLASH4_ERROR_NULL_POINTER, "params", "flash4_bwd_check");
+  expect_status(flash4_bwd(nullptr, nullptr), FLASH4_ERROR_NULL_POINTER, "params", "flash4_bwd");
+}
+
+TEST(BwdValidation, UnknownStructSize) {
+  flash4_bwd_params p = valid_bwd();
+  p.struct_size = sizeof(flash4_fwd_params);
+  expect_bwd_rejected(p, FLASH4_ERROR_INVALID_STRUCT_SIZE, "flash4_bwd_params");
+}
+
+TEST(BwdValidation, DeterministicNotZeroOrOne) {
+  flash4_bwd_params p = valid_bwd();
+  p.deterministic = 2;
+  expect_bwd_rejected(p, FLASH4_ERROR_INVALID_ARGUMENT, "deterministic");
+}
+
+TEST(BwdValidation, NullGradientTensor) {
+  for (const char* name : {"dout", "dq", "dk", "dv"}) {
+    flash4_bwd_params p = valid_bwd();
+    const std::string n = name;
+    if (n == "dout") p.dout = nullptr;
+    if (n == "dq") p.dq = nullptr;
+    if (n == "dk") p.dk = nullptr;
+    if (n == "dv") p.dv = nullptr;
+    SCOPED_TRACE(n);
+    expect_bwd_rejected(p, FLASH4_ERROR_NULL_POINTER, n + " is NULL");
+  }
+}
+
+TEST(BwdValidation, NullLse) {
+  flash4_bwd_params p = valid_bwd();
+  p.lse = nullptr;
+  expect_bwd_rejected(p, FLASH4_ERROR_NULL_POINTER, "lse");
+}
+
+TEST(BwdValidation, MisalignedGradientStride) {
+  flash4_bwd_params p = valid_bwd();
+  p.dq_strides.seq += 2;
+  expect_bwd_rejected(p, FLASH4_ERROR_MISALIGNED, "dq_strides.seq");
+  p = valid_bwd();
+  p.dk_strides.head += 4;
+  expect_bwd_rejected(p, FLASH4_ERROR_MISALIGNED, "dk_strides.head");
+}
+
+TEST(BwdValidation, SharesTheForwardRules) {
+  flash4_bwd_params p = valid_bwd();
+  p.head_dim = 80;
+  expect_bwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+  p = valid_bwd();
+  p.causal = 1;
+  p.window_right = 4;
+  expect_bwd_rejected(p, FLASH4_ERROR_INVALID_MASK, "window_right");
+  p = valid_bwd();
+  p.dv = offset_bytes(p.dv, 4);
+  expect_bwd_rejected(p, FLASH4_ERROR_MISALIGNED, "dv");
+}
+
+TEST(BwdValidation, EmptyProblemSucceedsAndLaunchesNothing) {
+  flash4_bwd_params p = valid_bwd();
+  p.seqlen_q = 0;
+  p.lse = nullptr;
+  p.q = p.o = p.dout = p.dq = nullptr;
+  std::size_t bytes = 1;
+  EXPECT_EQ(flash4_bwd_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(flash4_bwd(&p, nullptr), FLASH4_SUCCESS) << last_error();
+}
+
+}  // namespace

@@ -1,0 +1,189 @@
+#include "gpu/forward_case.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "tolerance.hpp"
+
+namespace flash4::test {
+namespace {
+
+constexpr std::size_t kGuardElements = 4096;  // poisoned elements on each side of every output
+constexpr uint16_t kPoison16 = 0xFFFF;         // a NaN in both bf16 and fp16
+constexpr uint32_t kPoison32 = 0xFFFFFFFFu;    // a NaN in fp32
+
+ref::Precision precision_of(flash4_dtype dtype) {
+  return dtype == FLASH4_DTYPE_BF16 ? ref::Precision::bf16 : ref::Precision::fp16;
+}
+
+// Device buffer that frees itself.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) {
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr); }
+};
+
+std::vector<uint16_t> to_bits(ref::Precision precision, const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = ref::to_bits(precision, values[i]);
+  return bits;
+}
+
+::testing::AssertionResult guards_intact(const std::vector<uint16_t>& o_all, const std::vector<uint32_t>& lse_all,
+                                         std::size_t o_count, std::size_t lse_count) {
+  for (std::size_t i = 0; i < kGuardElements; ++i) {
+    if (o_all[i] != kPoison16 || o_all[kGuardElements + o_count + i] != kPoison16)
+      return ::testing::AssertionFailure() << "O guard element " << i << " was overwritten";
+    if (lse_all[i] != kPoison32 || lse_all[kGuardElements + lse_count + i] != kPoison32)
+      return ::testing::AssertionFailure() << "LSE guard element " << i << " was overwritten";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace
+
+std::string ForwardCase::name() const {
+  std::ostringstream s;
+  s << (dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16") << "_d" << head_dim << "_b" << batch << "_sq" << seqlen_q
+    << "_sk" << seqlen_k << "_h" << heads_q << "x" << heads_kv << (causal ? "_causal" : "")
+    << (window_left >= 0 || window_right >= 0 ? "_win" + std::to_string(window_left) + "," + std::to_string(window_right) : "")
+    << (softcap > 0 ? "_softcap" : "") << (varlen_q.empty() ? "" : "_varlen") << (packed_qkv ? "_packed" : "");
+  return s.str();
+}
+
+ForwardOutcome run_forward_case(const ForwardCase& c) {
+  ForwardOutcome outcome;
+  const ref::Precision precision = precision_of(c.dtype);
+  ref::Problem problem;
+  problem.batch = c.varlen_q.empty() ? c.batch : int(c.varlen_q.size());
+  problem.seqlen_q = c.seqlen_q;
+  problem.seqlen_k = c.seqlen_k;
+  problem.heads_q = c.heads_q;
+  problem.heads_kv = c.heads_kv;
+  problem.head_dim = c.head_dim;
+  problem.scale = 1.0 / std::sqrt(double(c.head_dim));
+  problem.causal = c.causal;
+  problem.window_left = c.window_left;
+  problem.window_right = c.window_right;
+  problem.softcap = c.softcap;
+  if (!c.varlen_q.empty()) {
+    problem.cu_seqlens_q.assign(1, 0);
+    problem.cu_seqlens_k.assign(1, 0);
+    for (std::size_t b = 0; b < c.varlen_q.size(); ++b) {
+      problem.cu_seqlens_q.push_back(problem.cu_seqlens_q.back() + c.varlen_q[b]);
+      problem.cu_seqlens_k.push_back(problem.cu_seqlens_k.back() + c.varlen_k[b]);
+    }
+  }
+  const ref::Inputs in = ref::random_inputs(problem, precision);
+  const ref::ForwardResult64 exact = ref::forward_fp64(problem, in.q, in.k, in.v);
+  const ref::ForwardResult32 naive = ref::forward_naive(problem, precision, in.q, in.k, in.v);
+
+  const int D = c.head_dim;
+  const std::size_t rows_q = problem.rows_q(), rows_k = problem.rows_k();
+  const std::size_t o_count = problem.q_elements(), lse_count = problem.lse_elements();
+  flash4_fwd_params p{};
+  p.struct_size = sizeof(p);
+  p.dtype = c.dtype;
+
+  // Inputs: either three dense tensors or one packed (rows, 3, H, D) buffer.
+  const bool packed = c.packed_qkv;
+  const std::size_t qkv_row = packed ? 3 * std::size_t(c.heads_q) * D : 0;
+  DeviceBuffer q_buf(packed ? rows_q * qkv_row * 2 : o_count * 2);
+  DeviceBuffer k_buf(packed ? 16 : problem.kv_elements() * 2);
+  DeviceBuffer v_buf(packed ? 16 : problem.kv_elements() * 2);
+  if (packed) {
+    std::vector<uint16_t> all(rows_q * qkv_row);
+    const auto qb = to_bits(precision, in.q), kb = to_bits(precision, in.k), vb = to_bits(precision, in.v);
+    const std::size_t hd = std::size_t(c.heads_q) * D;
+    for (std::size_t r = 0; r < rows_q; ++r) {
+      std::memcpy(&all[r * qkv_row], &qb[r * hd], hd * 2);
+      std::memcpy(&all[r * qkv_row + hd], &kb[r * hd], hd * 2);
+      std::memcpy(&all[r * qkv_row + 2 * hd], &vb[r * hd], hd * 2);
+    }
+    cudaMemcpy(q_buf.ptr, all.data(), all.size() * 2, cudaMemcpyHostToDevice);
+    p.q = q_buf.as<uint16_t>();
+    p.k = q_buf.as<uint16_t>() + hd;
+    p.v = q_buf.as<uint16_t>() + 2 * hd;
+    const flash4_strides s{int64_t(c.seqlen_q) * int64_t(qkv_row), int64_t(qkv_row), D};
+    p.q_strides = p.k_strides = p.v_strides = s;
+  } else {
+    cudaMemcpy(q_buf.ptr, to_bits(precision, in.q).data(), o_count * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(k_buf.ptr, to_bits(precision, in.k).data(), problem.kv_elements() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(v_buf.ptr, to_bits(precision, in.v).data(), problem.kv_elements() * 2, cudaMemcpyHostToDevice);
+    p.q = q_buf.ptr;
+    p.k = k_buf.ptr;
+    p.v = v_buf.ptr;
+    p.q_strides = {int64_t(c.seqlen_q) * c.heads_q * D, int64_t(c.heads_q) * D, D};
+    p.k_strides = p.v_strides = {int64_t(c.seqlen_k) * c.heads_kv * D, int64_t(c.heads_kv) * D, D};
+  }
+
+  // Outputs inside poisoned guard regions.
+  DeviceBuffer o_buf((o_count + 2 * kGuardElements) * 2);
+  DeviceBuffer lse_buf((lse_count + 2 * kGuardElements) * 4);
+  cudaMemset(o_buf.ptr, 0xFF, (o_count + 2 * kGuardElements) * 2);
+  cudaMemset(lse_buf.ptr, 0xFF, (lse_count + 2 * kGuardElements) * 4);
+  p.o = o_buf.as<uint16_t>() + kGuardElements;
+  p.lse = lse_buf.as<float>() + kGuardElements;
+  p.o_strides = {int64_t(c.seqlen_q) * c.heads_q * D, int64_t(c.heads_q) * D, D};
+
+  p.batch = problem.batch;
+  p.seqlen_q = c.seqlen_q;
+  p.seqlen_k = c.seqlen_k;
+  p.heads_q = c.heads_q;
+  p.heads_kv = c.heads_kv;
+  p.head_dim = D;
+  p.softmax_scale = float(problem.scale);
+  p.causal = c.causal;
+  p.window_left = c.window_left;
+  p.window_right = c.window_right;
+  p.softcap = c.softcap;
+  DeviceBuffer cu_q((problem.cu_seqlens_q.size() + 1) * 4), cu_k((problem.cu_seqlens_k.size() + 1) * 4);
+  if (problem.is_varlen()) {
+    cudaMemcpy(cu_q.ptr, problem.cu_seqlens_q.data(), problem.cu_seqlens_q.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(cu_k.ptr, problem.cu_seqlens_k.data(), problem.cu_seqlens_k.size() * 4, cudaMemcpyHostToDevice);
+    p.cu_seqlens_q = cu_q.as<int32_t>();
+    p.cu_seqlens_k = cu_k.as<int32_t>();
+    p.max_seqlen_q = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
+    p.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
+    p.total_q = int(rows_q);
+    p.total_k = int(rows_k);
+  }
+
+  const flash4_status status = flash4_fwd(&p, nullptr);
+  if (status != FLASH4_SUCCESS) {
+    outcome.o = ::testing::AssertionFailure() << "flash4_fwd: " << flash4_status_string(status) << ": "
+                                              << flash4_last_error_message();
+    return outcome;
+  }
+  const cudaError_t sync = cudaDeviceSynchronize();
+  if (sync != cudaSuccess) {
+    outcome.o = ::testing::AssertionFailure() << "kernel failed: " << cudaGetErrorString(sync);
+    return outcome;
+  }
+  std::vector<uint16_t> o_all(o_count + 2 * kGuardElements);
+  std::vector<uint32_t> lse_all(lse_count + 2 * kGuardElements);
+  cudaMemcpy(o_all.data(), o_buf.ptr, o_all.size() * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(lse_all.data(), lse_buf.ptr, lse_all.size() * 4, cudaMemcpyDeviceToHost);
+  outcome.guards = guards_intact(o_all, lse_all, o_count, lse_count);
+
+  std::vector<float> o(o_count), lse(lse_count);
+  for (std::size_t i = 0; i < o_count; ++i) o[i] = ref::from_bits(precision, o_all[kGuardElements + i]);
+  std::memcpy(lse.data(), &lse_all[kGuardElements], lse_count * 4);
+  const double floor = c.dtype == FLASH4_DTYPE_BF16 ? kBf16NoiseFloor : kFp16NoiseFloor;
+  outcome.o = within_tolerance("O", compare(o, exact.o), compare(naive.o, exact.o), floor);
+  outcome.lse = within_tolerance("LSE", compare(lse, exact.lse), compare(naive.lse, exact.lse), floor);
+  return outcome;
+}
+
+}  // namespace flash4::test

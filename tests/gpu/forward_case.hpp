@@ -1,0 +1,42 @@
+// One forward test case run end to end on the GPU: random inputs, a poisoned output with guard regions,
+// flash4_fwd through the C ABI, then O and LSE against the fp64 reference with the tolerance rule.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "flash4/flash4.h"
+#include "reference/reference.hpp"
+
+namespace flash4::test {
+
+struct ForwardCase {
+  flash4_dtype dtype = FLASH4_DTYPE_BF16;
+  int head_dim = 128;
+  int batch = 1;
+  int seqlen_q = 128;
+  int seqlen_k = 128;
+  int heads_q = 2;
+  int heads_kv = 2;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  float softcap = 0.0f;
+  std::vector<int> varlen_q = {};  // per-sequence lengths; empty: fixed length
+  std::vector<int> varlen_k = {};
+  bool packed_qkv = false;  // q/k/v as strided views of one (B, S, 3, H, D) buffer
+
+  std::string name() const;
+};
+
+struct ForwardOutcome {
+  ::testing::AssertionResult o = ::testing::AssertionSuccess();
+  ::testing::AssertionResult lse = ::testing::AssertionSuccess();
+  ::testing::AssertionResult guards = ::testing::AssertionSuccess();
+};
+
+ForwardOutcome run_forward_case(const ForwardCase& c);
+
+}  // namespace flash4::test

@@ -1,0 +1,132 @@
+"""The ctypes mirror in flash4._abi against include/flash4/flash4.h, and the params the ops fill.
+
+Layout: gcc compiles the real header and prints sizeof/offsetof/_Alignof for every field the mirror
+declares; the header is also parsed for its field names, enum constants and exported functions, so a
+field, status or function added to the header without the mirror fails here.
+"""
+
+import ctypes
+import re
+import subprocess
+
+import pytest
+import torch
+
+from conftest import HEADER
+from flash4 import _abi, ops
+from flash4._loader import open_library
+
+STRUCTS = {"flash4_strides": _abi.Strides, "flash4_fwd_params": _abi.FwdParams, "flash4_bwd_params": _abi.BwdParams}
+
+
+def header_text():
+    return re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+
+
+def header_field_names(struct_name):
+    body = re.search(rf"typedef struct {struct_name} \{{(.*?)\}} {struct_name};", header_text(), re.S).group(1)
+    names = []
+    for declaration in filter(None, (d.strip() for d in body.split(";"))):
+        first, *more = declaration.split(",")  # "flash4_strides q_strides, k_strides"
+        names.append(re.search(r"(\w+)$", first).group(1))
+        names.extend(name.strip() for name in more)
+    return names
+
+
+@pytest.mark.parametrize("struct_name", STRUCTS)
+def test_field_names_and_order_match_the_header(struct_name):
+    assert [name for name, _ in STRUCTS[struct_name]._fields_] == header_field_names(struct_name)
+
+
+def test_sizes_offsets_and_alignment_match_gcc(compile_c):
+    lines = []
+    for c_name, struct in STRUCTS.items():
+        lines.append(f'printf("{c_name} sizeof %zu\\n", sizeof({c_name}));')
+        lines.append(f'printf("{c_name} alignof %zu\\n", _Alignof({c_name}));')
+        for field, _ in struct._fields_:
+            lines.append(f'printf("{c_name} {field} %zu\\n", offsetof({c_name}, {field}));')
+    source = "#include <stddef.h>\n#include <stdio.h>\n#include \"flash4/flash4.h\"\nint main(void) {\n"
+    source += "\n".join(lines) + "\nreturn 0;\n}\n"
+    program = compile_c(source, "layout")
+    printed = subprocess.run([str(program)], check=True, capture_output=True, text=True).stdout.split("\n")
+    c_layout = {(s, f): int(n) for s, f, n in (line.split() for line in printed if line)}
+
+    py_layout = {}
+    for c_name, struct in STRUCTS.items():
+        py_layout[c_name, "sizeof"] = ctypes.sizeof(struct)
+        py_layout[c_name, "alignof"] = ctypes.alignment(struct)
+        for field, _ in struct._fields_:
+            py_layout[c_name, field] = getattr(struct, field).offset
+    assert py_layout == c_layout
+
+
+def test_enum_values_match_the_header():
+    in_header = {name: int(value) for name, value in re.findall(r"\b(FLASH4_\w+)\s*=\s*(\d+)", header_text())}
+    mirrored = {f"FLASH4_{s.name}": s.value for s in _abi.Status}
+    mirrored |= {f"FLASH4_DTYPE_{d.name}": d.value for d in _abi.DType}
+    assert mirrored == in_header
+
+
+def test_every_exported_function_is_declared():
+    exported = set(re.findall(r"FLASH4_API[^;(]*?\b(flash4_\w+)\s*\(", header_text()))
+    assert exported == set(_abi.FUNCTIONS)
+
+
+OPTIONS = ops.Options(softmax_scale=0.125, causal=True, window_left=-1, window_right=0, softcap=30.0,
+                      deterministic=True)
+
+
+def test_fwd_params_from_strided_views():
+    qkv = torch.zeros(2, 33, 3, 8, 64, dtype=torch.bfloat16)  # (B, S, 3, H, D), as a fused projection makes
+    q, k, v = qkv.unbind(2)
+    out = torch.zeros(2, 33, 8, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 8, 33)
+    p = ops.fwd_params(q, k, v, out, lse, OPTIONS)
+    assert p.struct_size == ctypes.sizeof(_abi.FwdParams)
+    assert p.dtype == _abi.DType.BF16
+    assert (p.q, p.k, p.v, p.o, p.lse) == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    assert (p.q_strides.batch, p.q_strides.seq, p.q_strides.head) == (33 * 3 * 8 * 64, 3 * 8 * 64, 64)
+    assert (p.o_strides.batch, p.o_strides.seq, p.o_strides.head) == (33 * 8 * 64, 8 * 64, 64)
+    assert (p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.head_dim) == (2, 33, 33, 8, 8, 64)
+    assert (p.softmax_scale, p.causal, p.window_left, p.window_right, p.softcap) == (0.125, 1, -1, 0, 30.0)
+    assert (p.cu_seqlens_q, p.cu_seqlens_k, p.workspace, p.workspace_bytes) == (None, None, None, 0)
+
+
+def test_varlen_bwd_params():
+    q = torch.zeros(10, 4, 128, dtype=torch.float16)
+    k = torch.zeros(7, 2, 128, dtype=torch.float16)
+    cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 7], dtype=torch.int32)
+    lse = torch.zeros(4, 10)
+    varlen = ops.Varlen(cu_q, cu_k, 6, 4)
+    p = ops.bwd_params(q, q, k, k, q, lse, q, k, k, OPTIONS, varlen)
+    assert p.struct_size == ctypes.sizeof(_abi.BwdParams)
+    assert p.dtype == _abi.DType.FP16 and p.deterministic == 1
+    assert (p.k_strides.batch, p.k_strides.seq, p.k_strides.head) == (0, 2 * 128, 128)
+    assert (p.dk, p.dk_strides.seq) == (k.data_ptr(), 2 * 128)
+    assert (p.batch, p.heads_q, p.heads_kv, p.head_dim) == (2, 4, 2, 128)
+    assert (p.cu_seqlens_q, p.cu_seqlens_k) == (cu_q.data_ptr(), cu_k.data_ptr())
+    assert (p.max_seqlen_q, p.max_seqlen_k, p.total_q, p.total_k) == (6, 4, 10, 7)
+
+
+def test_c_side_accepts_the_filled_struct_and_reports_its_checks(stub_library):
+    lib = open_library(stub_library)
+    q = torch.zeros(1, 16, 6, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
+    params = ops.fwd_params(q, k, k, q, torch.zeros(1, 6, 16), OPTIONS)
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))  # struct_size agrees with C
+
+    k4 = torch.zeros(1, 16, 4, 64, dtype=torch.bfloat16)
+    params = ops.fwd_params(q, k4, k4, q, torch.zeros(1, 6, 16), OPTIONS)
+    with pytest.raises(_abi.Flash4Error, match="FLASH4_ERROR_HEAD_RATIO.*heads_q is not a multiple of heads_kv") as info:
+        _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+    assert info.value.status == _abi.Status.ERROR_HEAD_RATIO
+
+
+def test_not_implemented_status_raises_its_own_error(stub_library):
+    lib = open_library(stub_library)
+    q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
+    params = ops.bwd_params(q, q, q, q, q, torch.zeros(1, 2, 16), q, q, q, OPTIONS)
+    with pytest.raises(_abi.Flash4NotImplementedError, match="flash4_bwd failed with FLASH4_ERROR_NOT_IMPLEMENTED.*backward"):
+        _abi.check(lib, "flash4_bwd", lib.flash4_bwd(ctypes.byref(params), None))
+    assert issubclass(_abi.Flash4NotImplementedError, NotImplementedError)

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Merges flash4-bench and bench/peers.py JSON lines (measured in one run) into one results document.
+
+Usage: merge_bench.py OUT.json FILE.jsonl [FILE.jsonl ...] --commit SHA --device TEXT --software TEXT
+The document has a header (date, commit, device, software, method) and `rows` in the anchors' format,
+then prints a short table: flash4 vs the best peer per (mode, D, causal, N).
+"""
+import argparse
+import datetime
+import json
+
+ROW_KEYS = ("mode", "D", "causal", "N", "B", "H", "provider", "ms", "tflops")
+
+
+def read_rows(path):
+    rows = []
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            if all(key in row for key in ROW_KEYS):
+                row["causal"] = bool(row["causal"])
+                rows.append(row)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("inputs", nargs="+")
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--software", required=True)
+    parser.add_argument("--note", default="")
+    args = parser.parse_args()
+    rows = [row for path in args.inputs for row in read_rows(path)]
+    document = {
+        "meta": {
+            "date": datetime.date.today().isoformat(),
+            "commit": args.commit,
+            "device": args.device,
+            "software": args.software,
+            "method": "flash4: flash4-bench, median of per-launch CUDA event pairs after warm-up; peers: "
+                      "bench/peers.py, triton do_bench median; same machine, same run",
+            "note": args.note,
+        },
+        "rows": rows,
+    }
+    with open(args.out, "w") as handle:
+        json.dump(document, handle, indent=1)
+    table = {}
+    for row in rows:
+        key = (row["mode"], row["D"], row["causal"], row["N"])
+        table.setdefault(key, {})[row["provider"]] = row["tflops"]
+    print(f"{'mode':4} {'D':>4} {'causal':>6} {'N':>6} {'flash4':>8} {'best peer':>22}")
+    for key in sorted(table):
+        providers = table[key]
+        peers = {name: value for name, value in providers.items() if name != "flash4"}
+        best = max(peers.items(), key=lambda item: item[1]) if peers else ("-", 0.0)
+        ours = providers.get("flash4", float("nan"))
+        print(f"{key[0]:4} {key[1]:>4} {str(key[2]):>6} {key[3]:>6} {ours:>8.1f} {best[1]:>8.1f} {best[0]:>13}")
+
+
+if __name__ == "__main__":
+    main()
