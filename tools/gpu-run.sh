@@ -26,9 +26,11 @@ grep -h "\[smoke\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -
 if [ "$mode" = "--quick" ]; then exit $status; fi
 
 echo "== bench"
-"$build/flash4-bench" --all --json --D 64 >"$out/flash4-d64.jsonl" 2>"$out/bench.err" || status=1
-"$build/flash4-bench" --all --json --D 128 >"$out/flash4-d128.jsonl" 2>>"$out/bench.err" || status=1
-python3 "$root/bench/peers.py" --dims 64,128 >"$out/peers.jsonl" 2>"$out/peers.err" || status=1
+dims=${FLASH4_BENCH_DIMS:-64,128,256}
+for d in ${dims//,/ }; do
+  "$build/flash4-bench" --all --json --D "$d" >"$out/flash4-d$d.jsonl" 2>>"$out/bench.err" || status=1
+done
+python3 "$root/bench/peers.py" --dims "$dims" >"$out/peers.jsonl" 2>"$out/peers.err" || status=1
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
 python3 "$root/tools/merge_bench.py" "$out/bench.json" "$out"/flash4-d*.jsonl "$out/peers.jsonl" \
   --commit "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" \

@@ -124,7 +124,8 @@ def run_cases(args, progress):
                     q, k, v = (torch.randn(batch, heads, seqlen, head_dim, dtype=torch.bfloat16, device="cuda",
                                            requires_grad=mode == "bwd") for _ in "qkv")
                     case = {"mode": mode, "D": head_dim, "causal": causal, "N": seqlen, "B": batch, "H": heads}
-                    flops = fwd_flops(batch, heads, seqlen, head_dim, causal) * (BWD_FLOPS_FACTOR if mode == "bwd" else 1)
+                    flops = fwd_flops(batch, heads, seqlen, head_dim, causal)
+                    flops *= BWD_FLOPS_FACTOR if mode == "bwd" else 1
                     for provider in args.providers:
                         progress.set_postfix_str(f"{mode} D={head_dim} causal={causal} N={seqlen} {provider}")
                         try:
@@ -201,9 +202,10 @@ def plot(rows, args, path):
             for provider in args.providers:
                 points = sorted((r["N"], r["tflops"]) for r in rows if r["provider"] == provider and r["mode"] == mode
                                 and r["D"] == head_dim and r["causal"] == causal)
-                if points:
-                    ax.plot(*zip(*points), marker="o", label=provider)
+                if points:  # a fixed color per provider, whichever subset was run
+                    ax.plot(*zip(*points), marker="o", label=provider, color=f"C{PROVIDERS.index(provider)}")
             ax.set_xscale("log", base=2)
+            ax.set_xticks(args.seqlens, [str(n) for n in args.seqlens])
             ax.set_title(f"{mode} D={head_dim} {'causal' if causal else 'non-causal'}")
             ax.set_xlabel("sequence length N")
             ax.set_ylabel("TFLOPS")

@@ -76,9 +76,7 @@ def flash_attn_varlen_func(
         check_cu_seqlens_values("cu_seqlens_q", offsets_q, "q", q.shape[0], "max_seqlen_q", max_seqlen_q)
         check_cu_seqlens_values("cu_seqlens_k", offsets_k, "k", k.shape[0], "max_seqlen_k", max_seqlen_k)
     options = _options(q, softmax_scale, causal, window_size, softcap, deterministic)
-    out, lse = torch.ops.flash4.varlen_fwd(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), *options
-    )
+    out, lse = torch.ops.flash4.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options)
     return (out, lse) if return_lse else out
 
 

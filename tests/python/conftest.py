@@ -5,6 +5,7 @@ they compile the real header, and a stub library that implements the C ABI's ent
 the real checks, so the ctypes path and the error reporting run end to end in CI.
 """
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -106,3 +107,12 @@ def compile_c(gcc, tmp_path_factory):
 @pytest.fixture(scope="session")
 def stub_library(compile_c):
     return compile_c(STUB_SOURCE, "libflash4_stub.so", "-shared", "-fPIC")
+
+
+@pytest.fixture(scope="session")
+def real_library():
+    """The built libflash4.so named by FLASH4_LIBRARY (CI sets it after the CMake build), else skip."""
+    path = os.environ.get("FLASH4_LIBRARY", "")
+    if not os.path.isfile(path):
+        pytest.skip("FLASH4_LIBRARY does not name a built libflash4.so")
+    return Path(path)

@@ -118,15 +118,53 @@ def test_c_side_accepts_the_filled_struct_and_reports_its_checks(stub_library):
 
     k4 = torch.zeros(1, 16, 4, 64, dtype=torch.bfloat16)
     params = ops.fwd_params(q, k4, k4, q, torch.zeros(1, 6, 16), OPTIONS)
-    with pytest.raises(_abi.Flash4Error, match="FLASH4_ERROR_HEAD_RATIO.*heads_q is not a multiple of heads_kv") as info:
+    expected = "FLASH4_ERROR_HEAD_RATIO.*heads_q is not a multiple of heads_kv"
+    with pytest.raises(_abi.Flash4Error, match=expected) as info:
         _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
     assert info.value.status == _abi.Status.ERROR_HEAD_RATIO
+
+
+def test_the_real_library_validates_the_filled_struct(real_library):
+    # Validation reads only sizes, strides and pointer values, so CPU tensors serve on a machine without a GPU.
+    lib = open_library(real_library)
+    q = torch.zeros(2, 100, 8, 128, dtype=torch.bfloat16)
+    k = torch.zeros(2, 70, 2, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 8, 100)
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(ops.fwd_params(q, k, k, q, lse, OPTIONS))))
+    varlen = ops.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32), torch.tensor([0, 40, 140], dtype=torch.int32),
+                        140, 100)
+    params = ops.bwd_params(q[0], q[0], k[0], k[0], q[0], lse[0], q[0], k[0], k[0], OPTIONS, varlen)
+    _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
+
+    k3 = torch.zeros(2, 70, 3, 128, dtype=torch.bfloat16)
+    params = ops.fwd_params(q, k3, k3, q, lse, OPTIONS)
+    with pytest.raises(_abi.Flash4Error, match=r"FLASH4_ERROR_HEAD_RATIO.*heads_q \(8\) is not a multiple of heads_kv \(3\)"):
+        _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
 
 
 def test_not_implemented_status_raises_its_own_error(stub_library):
     lib = open_library(stub_library)
     q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
     params = ops.bwd_params(q, q, q, q, q, torch.zeros(1, 2, 16), q, q, q, OPTIONS)
-    with pytest.raises(_abi.Flash4NotImplementedError, match="flash4_bwd failed with FLASH4_ERROR_NOT_IMPLEMENTED.*backward"):
+    expected = "flash4_bwd failed with FLASH4_ERROR_NOT_IMPLEMENTED.*backward"
+    with pytest.raises(_abi.Flash4NotImplementedError, match=expected):
         _abi.check(lib, "flash4_bwd", lib.flash4_bwd(ctypes.byref(params), None))
     assert issubclass(_abi.Flash4NotImplementedError, NotImplementedError)
+
+
+def test_tma_ready_views_are_used_in_place():
+    qkv = torch.zeros(2, 33, 3, 8, 64, dtype=torch.bfloat16)
+    q = qkv.unbind(2)[0]
+    assert ops._tma_ready(q) is q
+
+
+@pytest.mark.parametrize("view", [
+    lambda: torch.zeros(2, 33, 8, 68, dtype=torch.bfloat16)[..., 4:],  # base 8 bytes off, strides of 68 elements
+    lambda: torch.zeros((), dtype=torch.bfloat16).expand(2, 33, 8, 64),  # stride 0, as autograd's out.sum() gives
+    lambda: torch.zeros(2048, dtype=torch.float16).as_strided((1, 4, 8, 64), (1, 512, 64, 1)),  # odd size-1 stride
+])
+def test_views_tma_cannot_read_are_packed(view):
+    t = view()
+    packed = ops._tma_ready(t)
+    assert packed.data_ptr() % 16 == 0 and torch.equal(packed, t)
+    assert all(s > 0 and s * packed.element_size() % 16 == 0 for s in packed.stride()[:-1])

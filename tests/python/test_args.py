@@ -34,7 +34,8 @@ def t(*shape, dtype=BF16, device="cuda"):
 
 def qkv(batch=2, seqlen=64, heads=8, heads_kv=None, head_dim=64, dtype=BF16):
     heads_kv = heads_kv or heads
-    return t(batch, seqlen, heads, head_dim, dtype=dtype), *(t(batch, seqlen, heads_kv, head_dim, dtype=dtype) for _ in "kv")
+    q = t(batch, seqlen, heads, head_dim, dtype=dtype)
+    return q, t(batch, seqlen, heads_kv, head_dim, dtype=dtype), t(batch, seqlen, heads_kv, head_dim, dtype=dtype)
 
 
 def call_with(**replace):
@@ -53,7 +54,8 @@ def call_with(**replace):
         (lambda: {"q": t(2, 64, 8, 64, dtype=torch.float32)}, TypeError,
          "q has dtype torch.float32; flash4 supports torch.bfloat16 and torch.float16"),
         (lambda: {"v": t(2, 64, 8, 64, dtype=FP16)}, TypeError, "v has dtype torch.float16 but q has torch.bfloat16"),
-        (lambda: {"q": t(64, 8, 64)}, ValueError, r"q must be 4-D \(batch, seqlen, heads, head_dim\), got shape \(64, 8, 64\)"),
+        (lambda: {"q": t(64, 8, 64)}, ValueError,
+         r"q must be 4-D \(batch, seqlen, heads, head_dim\), got shape \(64, 8, 64\)"),
         (lambda: {"k": t(2, 64, 64, 8).transpose(-1, -2)}, ValueError, "k must be contiguous in its last"),
         (lambda: {"q": t(2, 0, 8, 64)}, ValueError, r"q has shape \(2, 0, 8, 64\); every size must be in \[1"),
         (lambda: {"q": t(2, 64, 8, 80), "k": t(2, 64, 8, 80), "v": t(2, 64, 8, 80)}, ValueError,

@@ -210,8 +210,9 @@ def test_varlen_offsets_are_checked_in_eager_mode():
     q, k, v, cu_q, cu_k = varlen_inputs([10, 20], [10, 20])
     with pytest.raises(ValueError, match="max_seqlen_q = 10 but the longest sequence in cu_seqlens_q has 20 rows"):
         flash_attn_varlen_func(q, k, v, cu_q, cu_k, 10, 20)
-    with pytest.raises(ValueError, match="cu_seqlens_k must be non-decreasing"):
-        flash_attn_varlen_func(q, k, v, cu_q, cu_k.flip(0).contiguous(), 20, 20)
+    decreasing = torch.tensor([0, 31, 30], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"cu_seqlens_k must be non-decreasing, but cu_seqlens_k\[2\] = 30 < "):
+        flash_attn_varlen_func(q, k, v, cu_q, decreasing, 20, 31)
 
 
 def test_strided_views_of_packed_qkv_match_packed_inputs():
@@ -261,8 +262,8 @@ def test_opcheck_with_autograd(needs_backward):
     torch.library.opcheck(torch.ops.flash4.fwd.default, (q, k, v, 0.125, False, -1, -1, 0.0, False))
     out, lse = torch.ops.flash4.fwd(q, k, v, 0.125, False, -1, -1, 0.0, False)
     dout = torch.randn_like(out)
-    torch.library.opcheck(torch.ops.flash4.bwd.default,
-                          (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, 0.125, False, -1, -1, 0.0, False))
+    saved = [t.detach() for t in (q, k, v, out)]
+    torch.library.opcheck(torch.ops.flash4.bwd.default, (dout, *saved, lse, 0.125, False, -1, -1, 0.0, False))
 
 
 class Attention(torch.nn.Module):
@@ -366,8 +367,8 @@ def test_gradients(needs_backward, head_dim, causal):
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(1, 1), (113, 203), (799, 3), (1023, 1024)])
 @pytest.mark.parametrize("heads_kv", [8, 1])
 def test_gradients_sizes_gqa_mqa(needs_backward, seqlen_q, seqlen_k, heads_kv):
-    check_gradients(randn(1, seqlen_q, 8, 128, requires_grad=True), randn(1, seqlen_k, heads_kv, 128, requires_grad=True),
-                    randn(1, seqlen_k, heads_kv, 128, requires_grad=True), causal=True)
+    k, v = (randn(1, seqlen_k, heads_kv, 128, requires_grad=True) for _ in "kv")
+    check_gradients(randn(1, seqlen_q, 8, 128, requires_grad=True), k, v, causal=True)
 
 
 def test_gradients_window_softcap(needs_backward):

@@ -16,10 +16,12 @@
 
 namespace flash4::sm90 {
 
-// Register split after setmaxnreg: 128 x 32 + 256 x 240 = 65,536, the whole register file (the
-// producer loop needs more than 24: it spilled there).
-inline constexpr int kProducerRegisters = 32;
+// Register split after setmaxnreg. The pool is what the CTA got at launch (registers per thread under
+// the __launch_bounds__ cap, a multiple of 8, times the threads), not the whole register file: a
+// split that asks for more makes setmaxnreg.inc wait forever. 128 x 24 + 256 x 240 = 384 x 168.
+inline constexpr int kProducerRegisters = 24;
 inline constexpr int kConsumerRegisters = 240;
+inline constexpr int kRegisterFileSize = 65536;  // 32-bit registers per SM
 
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
@@ -27,8 +29,10 @@ __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
   using Layout = FwdSmemLayout<kHeadDim>;
   constexpr FwdTileConfig kCfg = Layout::kCfg;
   static_assert(kCfg.consumer_warpgroups == 2, "the ping-pong schedule is written for two consumer warpgroups");
-  static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * 2 * kWarpgroupThreads <= 65536,
-                "register split exceeds the register file");
+  constexpr int kRegistersAtLaunch = (kRegisterFileSize / kCfg.threads()) / 8 * 8;
+  static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * 2 * kWarpgroupThreads <=
+                    kRegistersAtLaunch * kCfg.threads(),
+                "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
   extern __shared__ char smem_raw[];
   // Dynamic shared memory is only guaranteed 16-byte aligned; swizzle atoms need 1 KiB.
