@@ -33,6 +33,6 @@ done
 python3 "$root/bench/peers.py" --dims "$dims" >"$out/peers.jsonl" 2>"$out/peers.err" || status=1
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
 python3 "$root/tools/merge_bench.py" "$out/bench.json" "$out"/flash4-d*.jsonl "$out/peers.jsonl" \
-  --commit "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  --commit "${FLASH4_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
   --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software"
 exit $status

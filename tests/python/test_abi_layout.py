@@ -138,7 +138,8 @@ def test_the_real_library_validates_the_filled_struct(real_library):
 
     k3 = torch.zeros(2, 70, 3, 128, dtype=torch.bfloat16)
     params = ops.fwd_params(q, k3, k3, q, lse, OPTIONS)
-    with pytest.raises(_abi.Flash4Error, match=r"FLASH4_ERROR_HEAD_RATIO.*heads_q \(8\) is not a multiple of heads_kv \(3\)"):
+    expected = r"FLASH4_ERROR_HEAD_RATIO.*heads_q \(8\) is not a multiple of heads_kv \(3\)"
+    with pytest.raises(_abi.Flash4Error, match=expected):
         _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
 
 

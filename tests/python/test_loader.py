@@ -95,4 +95,3 @@ def test_the_real_library_loads(real_library):
     lib = open_library(real_library)
     assert lib.flash4_version_string().decode() == flash4.__version__
     assert lib.flash4_status_string(_abi.Status.ERROR_NOT_IMPLEMENTED).decode() == "FLASH4_ERROR_NOT_IMPLEMENTED"
-    assert lib.flash4_last_error_message().decode() == ""
