@@ -50,6 +50,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dims", default="64,128")
     parser.add_argument("--modes", default="fwd")
+    parser.add_argument("--seqlens", default=",".join(str(n) for n in SEQLENS))
     args = parser.parse_args()
     providers = {"sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "sdpa_flash(FA2)": sdpa(SDPBackend.FLASH_ATTENTION)}
     try:
@@ -61,7 +62,7 @@ def main():
         for d in (int(x) for x in args.dims.split(",")):
             heads = HIDDEN // d
             for causal in (False, True):
-                for n in SEQLENS:
+                for n in (int(x) for x in args.seqlens.split(",")):
                     batch = TOTAL_TOKENS // n
                     shape = (batch, heads, n, d)
                     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=mode == "bwd")

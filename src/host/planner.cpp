@@ -17,6 +17,9 @@ FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device) 
   const std::size_t kv_bytes_per_head = 2 * std::size_t(rows_k) * params.head_dim * kElementBytes;
   plan.order = make_tile_order(params.batch, params.heads_q, num_m_blocks, params.causal != 0, kv_bytes_per_head,
                                device.l2_bytes);
+#if defined(FLASH4_LPT_ORDER_ENABLED) && !FLASH4_LPT_ORDER_ENABLED
+  plan.order.longest_first = false;  // A/B build: ascending m-blocks
+#endif
   plan.num_ctas = std::max(1, std::min(plan.order.num_tiles(), device.sm_count));
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;

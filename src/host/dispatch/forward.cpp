@@ -97,7 +97,11 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
   kp.window_left = plan.window_left;
   kp.window_right = plan.window_right;
+#if defined(FLASH4_LAZY_RESCALE_ENABLED) && !FLASH4_LAZY_RESCALE_ENABLED
+  kp.rescale_threshold = 0.0f;  // A/B build: the classic online softmax
+#else
   kp.rescale_threshold = kLazyRescaleThresholdLog2;
+#endif
   kp.order = plan.order;
 
   const cudaError_t status = launch(kp, plan.num_ctas, reinterpret_cast<cudaStream_t>(stream));

@@ -39,7 +39,12 @@ struct FwdConsumer {
   static constexpr int kRowsPerWarpgroup = 64;
   static constexpr uint32_t kCoreGroupBytes = 8 * kSwizzle;  // 8 rows of one swizzle atom
 
-  using Softmax = RowSoftmax<kBlockN, kCfg.soft_exp2_eighths>;
+#if defined(FLASH4_SOFT_EXP2_ENABLED) && !FLASH4_SOFT_EXP2_ENABLED
+  static constexpr int kSoftExp2Eighths = 0;  // A/B build: every exponential on MUFU
+#else
+  static constexpr int kSoftExp2Eighths = kCfg.soft_exp2_eighths;
+#endif
+  using Softmax = RowSoftmax<kBlockN, kSoftExp2Eighths>;
   using MmaS = WgmmaSS<kBlockN, kIsBf16>;
   using MmaO = WgmmaRS<kHeadDim, kIsBf16>;
 
