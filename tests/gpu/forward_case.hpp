@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct ForwardCase {
 
   std::string name() const;
 };
+
+// gtest prints parameters with this instead of dumping their bytes.
+inline void PrintTo(const ForwardCase& c, std::ostream* os) { *os << c.name(); }
 
 struct ForwardOutcome {
   ::testing::AssertionResult o = ::testing::AssertionSuccess();
