@@ -20,7 +20,10 @@ struct FwdTileConfig {
   int stages;              // K/V stages in flight
   int consumer_warpgroups;
   int swizzle_bytes;       // TMA / wgmma swizzle width: 128 when head_dim is a multiple of 64, else 64
-  int soft_exp2_eighths;   // n8 column blocks (of each 8) whose exp2 runs on the FMA polynomial
+  // n8 column blocks (of each 8) whose exp2 runs on the FMA polynomial. 0 everywhere for now: the A/B
+  // (bench/results/h200-2026-12-02-fwd-ab.json, 16K tokens) measured 1/8 at 1.6-2% slower than 0 at
+  // D = 64 and 128, causal and not: in this kernel the FMA pipe is not idle while MUFU works.
+  int soft_exp2_eighths;
 
   FLASH4_HD constexpr int box_cols() const { return swizzle_bytes / kElementBytes; }
   FLASH4_HD constexpr int col_blocks() const { return head_dim / box_cols(); }
@@ -37,11 +40,11 @@ struct FwdTileConfig {
 FLASH4_HD constexpr FwdTileConfig fwd_tile_config(int head_dim) {
   switch (head_dim) {
     // 128 keys: S is 64 registers per thread, O 32; Q 16 KiB + 2 x 32 KiB of K/V.
-    case 64: return FwdTileConfig{64, 128, 128, 2, 2, 128, 1};
+    case 64: return FwdTileConfig{64, 128, 128, 2, 2, 128, 0};
     // 96 is not a multiple of 64: three 32-column boxes with 64-byte swizzle.
-    case 96: return FwdTileConfig{96, 128, 128, 2, 2, 64, 1};
+    case 96: return FwdTileConfig{96, 128, 128, 2, 2, 64, 0};
     // 128 x 128: Q 32 KiB + 2 x 64 KiB = 160 KiB; S 64 + O 64 registers.
-    case 128: return FwdTileConfig{128, 128, 128, 2, 2, 128, 1};
+    case 128: return FwdTileConfig{128, 128, 128, 2, 2, 128, 0};
     // 96 keys: Q 48 KiB + 2 x 72 KiB = 192 KiB; O is 96 registers.
     case 192: return FwdTileConfig{192, 128, 96, 2, 2, 128, 0};
     // 80 keys: Q 64 KiB + 2 x 80 KiB = 224 KiB, the most that fits; O is 128 registers.
