@@ -16,7 +16,7 @@ echo "== device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.ma
 echo "== build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASH4_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 &&
   cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
-grep -E "spill|Used [0-9]+ registers" "$out/build.log" | sort | uniq -c | sort -rn | head -8
+"$root/tools/check-spills.sh" "$out/build.log" || status=1
 
 echo "== tests"
 (cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/ctest.log" 2>&1 || status=1
