@@ -2,7 +2,8 @@
 // degree-3 polynomial and 2^floor added straight into the exponent bits. Kernels send a fixed share of
 // their exponentials here so that the MUFU unit and the FMA pipe work in parallel.
 //
-// Domain: softmax arguments, x <= 0 (scores minus the row max, in log2 units). Inputs are clamped to
+// Domain: softmax arguments, x <= 8 (scores minus the possibly stale row max, in log2 units: lazy
+// rescaling lets x reach the threshold, where the CPU test checks accuracy too). Inputs are clamped to
 // kSoftExp2MinInput = -127, where the polynomial is exactly 1 and the exponent add lands on the bit
 // pattern of +0: so -inf (masked scores) gives exactly 0 with no extra select. On (-127, -126) the result
 // is a subnormal below 2^-126 rather than 2^x: irrelevant next to the row max's 1.0, and documented by
