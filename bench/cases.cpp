@@ -5,6 +5,7 @@
 #include <charconv>
 #include <iterator>
 #include <string_view>
+#include <utility>
 
 namespace flash4::bench {
 namespace {
@@ -25,6 +26,7 @@ struct Switch {
 constexpr Switch kSwitches[] = {{"--verify", &Options::verify},
                                 {"--json", &Options::json},
                                 {"--all", &Options::all},
+                                {"--deterministic", &Options::deterministic},
                                 {"--help", &Options::help}};
 
 // The flags that set one positive size.
@@ -49,11 +51,54 @@ Case anchor_case(Mode mode, ref::Precision dtype, int head_dim, bool causal, int
   return Case{mode, dtype, head_dim, causal, kAnchorTokens / seqlen, seqlen, seqlen, heads, heads};
 }
 
+// "fwd", "bwd" or a comma-separated list of them, each at most once.
+std::optional<std::vector<Mode>> parse_modes(std::string_view text) {
+  std::vector<Mode> modes;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    const std::string_view name = text.substr(0, comma);
+    if (name != "fwd" && name != "bwd") return std::nullopt;
+    const Mode mode = name == "fwd" ? Mode::fwd : Mode::bwd;
+    if (std::find(modes.begin(), modes.end(), mode) != modes.end()) return std::nullopt;
+    modes.push_back(mode);
+    if (comma == std::string_view::npos) return modes;
+    text.remove_prefix(comma + 1);
+  }
+}
+
+// The cases of one mode: one from the flags, or the anchors' sweep for --all.
+std::vector<Case> cases_of_mode(const Options& o, Mode mode) {
+  std::vector<Case> out;
+  if (o.all) {
+    for (int head_dim : kAnchorHeadDims) {
+      if (o.head_dim && *o.head_dim != head_dim) continue;
+      for (bool causal : {false, true}) {
+        for (int seqlen : kAnchorSeqlens) out.push_back(anchor_case(mode, o.dtype, head_dim, causal, seqlen));
+      }
+    }
+    // --D outside {64, 128}: the same sweep at that head dim.
+    if (out.empty()) {
+      for (bool causal : {false, true}) {
+        for (int seqlen : kAnchorSeqlens) out.push_back(anchor_case(mode, o.dtype, *o.head_dim, causal, seqlen));
+      }
+    }
+    return out;
+  }
+  const int head_dim = o.head_dim.value_or(kDefaultHeadDim);
+  const int seqlen_q = o.seqlen_q.value_or(o.seqlen.value_or(kDefaultSeqlen));
+  const int seqlen_k = o.seqlen_k.value_or(o.seqlen.value_or(kDefaultSeqlen));
+  const int heads_q = o.heads_q.value_or(std::max(1, kAnchorWidth / head_dim));
+  out.push_back(Case{mode, o.dtype, head_dim, o.causal, o.batch.value_or(std::max(1, kAnchorTokens / seqlen_q)),
+                     seqlen_q, seqlen_k, heads_q, o.heads_kv.value_or(heads_q)});
+  return out;
+}
+
 }  // namespace
 
 std::string usage() {
   return "usage: flash4-bench [flags]\n"
-         "  --mode fwd|bwd      direction (default fwd)\n"
+         "  --mode fwd|bwd|fwd,bwd  direction(s) (default fwd); every case is run in each mode. The backward's\n"
+         "                      timed launches are flash4_bwd alone (the forward runs once before, for O and LSE)\n"
          "  --dtype bf16|fp16   input type (default bf16)\n"
          "  --D N               head dim (default 128)\n"
          "  --causal 0|1        causal mask, bottom-right aligned (default 0)\n"
@@ -64,10 +109,13 @@ std::string usage() {
          "  --Hkv N             key/value heads (default H)\n"
          "  --iters N           timed launches, median reported (default 30)\n"
          "  --warmup N          untimed launches first (default 10)\n"
-         "  --verify            compare sampled rows of O and LSE with the fp64 CPU reference\n"
+         "  --verify            fwd: compare sampled rows of O and LSE with the fp64 CPU reference;\n"
+         "                      bwd: sampled rows of dQ, dK and dV with an fp64 backward from the same O and LSE\n"
+         "  --deterministic     bwd: deterministic = 1 (bit-identical gradients across runs)\n"
          "  --json              one JSON object per case instead of a text line\n"
          "  --all               the anchors' sweep: D in {64, 128} (or --D), causal {0, 1},\n"
-         "                      N in {512, ..., 16384}, B = 16384 / N, H = 2048 / D (ignores the size flags)\n"
+         "                      N in {512, ..., 16384}, B = 16384 / N, H = 2048 / D (ignores the size flags);\n"
+         "                      forward only unless --mode says otherwise\n"
          "exit status: 0 ok, 1 a flash4 or CUDA error, 2 not implemented (the backward),\n"
          "             3 --verify failed, 64 bad flags\n"
          "Without a CUDA device it runs a small CPU reference demo instead and exits 0.\n";
@@ -95,8 +143,9 @@ Parsed parse_options(int argc, char** argv) {
     }
     const std::string bad = std::string(flag) + " " + std::string(value) + ": ";
     if (flag == "--mode") {
-      if (value != "fwd" && value != "bwd") return {std::nullopt, bad + "allowed: fwd, bwd"};
-      o.mode = value == "fwd" ? Mode::fwd : Mode::bwd;
+      std::optional<std::vector<Mode>> modes = parse_modes(value);
+      if (!modes) return {std::nullopt, bad + "allowed: fwd, bwd, or both comma-separated (fwd,bwd)"};
+      o.modes = std::move(*modes);
       continue;
     }
     if (flag == "--dtype") {
@@ -132,27 +181,12 @@ Parsed parse_options(int argc, char** argv) {
 
 std::vector<Case> cases(const Options& o) {
   std::vector<Case> out;
-  if (o.all) {
-    for (int head_dim : kAnchorHeadDims) {
-      if (o.head_dim && *o.head_dim != head_dim) continue;
-      for (bool causal : {false, true}) {
-        for (int seqlen : kAnchorSeqlens) out.push_back(anchor_case(o.mode, o.dtype, head_dim, causal, seqlen));
-      }
+  for (Mode mode : o.modes) {
+    for (Case c : cases_of_mode(o, mode)) {
+      c.deterministic = mode == Mode::bwd && o.deterministic;
+      out.push_back(c);
     }
-    // --D outside {64, 128}: the same sweep at that head dim.
-    if (out.empty()) {
-      for (bool causal : {false, true}) {
-        for (int seqlen : kAnchorSeqlens) out.push_back(anchor_case(o.mode, o.dtype, *o.head_dim, causal, seqlen));
-      }
-    }
-    return out;
   }
-  const int head_dim = o.head_dim.value_or(kDefaultHeadDim);
-  const int seqlen_q = o.seqlen_q.value_or(o.seqlen.value_or(kDefaultSeqlen));
-  const int seqlen_k = o.seqlen_k.value_or(o.seqlen.value_or(kDefaultSeqlen));
-  const int heads_q = o.heads_q.value_or(std::max(1, kAnchorWidth / head_dim));
-  out.push_back(Case{o.mode, o.dtype, head_dim, o.causal, o.batch.value_or(std::max(1, kAnchorTokens / seqlen_q)),
-                     seqlen_q, seqlen_k, heads_q, o.heads_kv.value_or(heads_q)});
   return out;
 }
 

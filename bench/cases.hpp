@@ -19,7 +19,7 @@ inline constexpr int kExitVerifyFailed = 3;    // --verify found an output outsi
 inline constexpr int kExitUsage = 64;          // bad flags (EX_USAGE of sysexits.h)
 
 struct Options {
-  Mode mode = Mode::fwd;
+  std::vector<Mode> modes = {Mode::fwd};  // --mode fwd|bwd|fwd,bwd: every case in each mode, in this order
   ref::Precision dtype = ref::Precision::bf16;
   std::optional<int> head_dim;  // --D: 128 for one case; --all sweeps {64, 128} unless given
   bool causal = false;
@@ -28,6 +28,7 @@ struct Options {
   int iters = 30;
   int warmup = 10;
   bool verify = false;
+  bool deterministic = false;  // backward: deterministic = 1 (bit-identical gradients across runs)
   bool json = false;
   bool all = false;
   bool help = false;
@@ -48,13 +49,16 @@ struct Case {
   int head_dim;
   bool causal;
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+  bool deterministic = false;  // backward only
 };
 
-// One case from the flags, or the anchors' sweep for --all.
+// One case from the flags, or the anchors' sweep for --all; repeated for each mode.
 std::vector<Case> cases(const Options& options);
 
-// The FLOP count the anchors use: forward 4 * B * H * Sq * Sk * D, halved when causal (not the exact count of
-// the visible entries, so that the numbers compare with FA3's and cuDNN's); the backward 2.5x the forward.
+// The FLOP count the anchors use (their meta.flops: "fwd = 4*B*H*N*N*D (x0.5 causal); bwd = 2.5 x fwd"):
+// forward 4 * B * H * Sq * Sk * D, halved when causal (not the exact count of the visible entries, so that the
+// numbers compare with FA3's and cuDNN's); the backward 2.5x the forward (five matmuls, QK^T, dO V^T, dS K,
+// dS^T Q, P^T dO, against the forward's two), halved when causal the same way.
 double flops(const Case& c);
 
 // Compulsory DRAM traffic: every input read once and every output written once (q, k, v, o, lse forward;

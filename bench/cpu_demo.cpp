@@ -1,5 +1,5 @@
-// The CPU reference demo of flash4-bench (no CUDA device): prints how far a naive same-precision forward lands
-// from the exact fp64 one. A kernel passes the project's tolerance rule when its error is at most twice that
+// The CPU reference demo of flash4-bench (no CUDA device): prints how far a naive same-precision forward (and,
+// with --mode bwd, backward) lands from the exact fp64 one. A kernel passes the project's tolerance rule when its error is at most twice that
 // plus a noise floor (tests/tolerance.hpp), so this is the scale of the errors --verify reports on a GPU.
 #include "cpu_demo.hpp"
 
@@ -54,6 +54,13 @@ int run_cpu_demo(const Options& options) {
   std::printf("naive %s forward vs fp64: max |dO| = %.3e, max |dLSE| = %.3e\n",
               std::string(ref::name(options.dtype)).c_str(), max_abs_error(naive.o, exact.o),
               max_abs_error(naive.lse, exact.lse));
+  if (std::find(options.modes.begin(), options.modes.end(), Mode::bwd) != options.modes.end()) {
+    const ref::BackwardResult64 exact_grad = ref::backward_fp64(problem, in.q, in.k, in.v, in.dout);
+    const ref::BackwardResult32 naive_grad = ref::backward_naive(problem, options.dtype, in.q, in.k, in.v, in.dout);
+    std::printf("naive %s backward vs fp64: max |err dQ| = %.3e, max |err dK| = %.3e, max |err dV| = %.3e\n",
+                std::string(ref::name(options.dtype)).c_str(), max_abs_error(naive_grad.dq, exact_grad.dq),
+                max_abs_error(naive_grad.dk, exact_grad.dk), max_abs_error(naive_grad.dv, exact_grad.dv));
+  }
   std::printf("(the tolerance baseline: a kernel may be off by twice this plus a noise floor)\n");
   return kExitOk;
 }

@@ -1,7 +1,8 @@
-// flash4-bench: times flash4's forward (or backward) on shapes from flags or the anchors' sweep, and prints
+// flash4-bench: times flash4's forward and/or backward on shapes from flags or the anchors' sweep, and prints
 // one line per case (text, or JSON with --json): median time over per-launch CUDA event pairs, TFLOPS with the
 // anchors' FLOP count, GB/s of compulsory traffic and, with --verify, sampled-row errors against the fp64 CPU
-// reference. `flash4-bench --help` lists the flags and exit statuses.
+// reference. The backward's timed launches are flash4_bwd alone: the forward runs once before them, for the O
+// and LSE the backward reads. `flash4-bench --help` lists the flags and exit statuses.
 //
 // Inputs are unit-normal values made on the host (this file is host code: no device fill kernels) once, for the
 // largest case, and every case reads a prefix of them. The anchors' cases hold 16K tokens x 2048 wide = 64 MB per
@@ -68,7 +69,8 @@ Tensors make_tensors(const std::vector<Case>& list, const Options& options) {
   t.d_v = upload(t.v, options.dtype);
   t.d_o = DeviceBuffer(max_q * kElementBytes);
   t.d_lse = DeviceBuffer(max_lse * sizeof(float));
-  if (options.mode == Mode::bwd) {
+  const bool backward = std::any_of(list.begin(), list.end(), [](const Case& c) { return c.mode == Mode::bwd; });
+  if (backward) {
     t.dout = ref::random_tensor(max_q, options.dtype, seed + 3);
     t.d_dout = upload(t.dout, options.dtype);
     t.d_dq = DeviceBuffer(max_q * kElementBytes);
@@ -89,6 +91,7 @@ class Launcher {
     v_ = view(t.d_v, dtype, c.seqlen_k, c.heads_kv);
     o_ = view(t.d_o, dtype, c.seqlen_q, c.heads_q);
     options_.causal = c.causal;
+    options_.deterministic = c.deterministic;
     if (c.mode == Mode::bwd) {
       backward_ = {.q = q_,
                    .k = k_,
@@ -140,6 +143,40 @@ Verification verify(const Case& c, Tensors& t, Launcher& launcher, cudaStream_t 
   return verify_forward(c, q, k, v, o, lse);
 }
 
+// Runs the forward (for O and LSE), poisons dq, dk and dv, runs the backward once, and checks sampled rows on the
+// CPU against an fp64 backward from the same O and LSE.
+Verification verify_gradients(const Case& c, Tensors& t, Launcher& launcher, cudaStream_t stream) {
+  launcher.forward();
+  for (const DeviceBuffer* gradient : {&t.d_dq, &t.d_dk, &t.d_dv}) {
+    check_cuda(cudaMemsetAsync(gradient->get(), kPoisonByte, gradient->bytes(), stream), "cudaMemsetAsync");
+  }
+  launcher.backward();
+  check_cuda(cudaStreamSynchronize(stream), "backward (verification run)");
+  const auto download = [](const DeviceBuffer& buffer, std::size_t elements, const char* what) {
+    std::vector<std::uint16_t> bits(elements);
+    check_cuda(cudaMemcpy(bits.data(), buffer.get(), elements * kElementBytes, cudaMemcpyDeviceToHost), what);
+    return bits;
+  };
+  const std::vector<std::uint16_t> o = download(t.d_o, q_elements(c), "cudaMemcpy o");
+  const std::vector<std::uint16_t> dq = download(t.d_dq, q_elements(c), "cudaMemcpy dq");
+  const std::vector<std::uint16_t> dk = download(t.d_dk, kv_elements(c), "cudaMemcpy dk");
+  const std::vector<std::uint16_t> dv = download(t.d_dv, kv_elements(c), "cudaMemcpy dv");
+  std::vector<float> lse(lse_elements(c));
+  check_cuda(cudaMemcpy(lse.data(), t.d_lse.get(), lse.size() * sizeof(float), cudaMemcpyDeviceToHost),
+             "cudaMemcpy lse");
+  BackwardData data;
+  data.q = {t.q.data(), q_elements(c)};
+  data.k = {t.k.data(), kv_elements(c)};
+  data.v = {t.v.data(), kv_elements(c)};
+  data.dout = {t.dout.data(), q_elements(c)};
+  data.o = o;
+  data.lse = lse;
+  data.dq = dq;
+  data.dk = dk;
+  data.dv = dv;
+  return verify_backward(c, data);
+}
+
 // Median milliseconds of `iters` launches, each between its own pair of events, after `warmup` launches.
 double time_ms(Launcher& launcher, const Options& options, cudaStream_t stream) {
   for (int i = 0; i < options.warmup; ++i) launcher.run();
@@ -159,8 +196,8 @@ double time_ms(Launcher& launcher, const Options& options, cudaStream_t stream) 
   return ms.size() % 2 ? ms[mid] : 0.5 * (ms[mid - 1] + ms[mid]);
 }
 
-const char* verify_word(const Options& options, const Case& c, const Verification& v) {
-  if (!options.verify || c.mode != Mode::fwd) return "skipped";
+const char* verify_word(const Options& options, const Verification& v) {
+  if (!options.verify) return "skipped";
   return v.ok ? "ok" : "fail";
 }
 
@@ -169,8 +206,9 @@ void print(const Options& options, const Case& c, double ms, const Verification&
   const double gbps = bytes_moved(c) / (ms * 1e-3) / 1e9;
   const char* mode = c.mode == Mode::fwd ? "fwd" : "bwd";
   const std::string dtype(ref::name(c.dtype));
-  const char* verdict = verify_word(options, c, v);
-  const bool checked = std::string(verdict) != "skipped";
+  const char* verdict = verify_word(options, v);
+  const bool checked = options.verify;
+  const bool fwd = c.mode == Mode::fwd;
   if (options.json) {
     std::printf(
         "{\"mode\": \"%s\", \"dtype\": \"%s\", \"D\": %d, \"causal\": %d, \"N\": %d, \"Sq\": %d, \"Sk\": %d, "
@@ -178,13 +216,22 @@ void print(const Options& options, const Case& c, double ms, const Verification&
         "\"gbps\": %.1f, \"iters\": %d, \"verify\": \"%s\"",
         mode, dtype.c_str(), c.head_dim, c.causal ? 1 : 0, c.seqlen_q, c.seqlen_q, c.seqlen_k, c.batch, c.heads_q,
         c.heads_kv, ms, tflops, gbps, options.iters, verdict);
-    if (checked) std::printf(", \"max_err_o\": %.3e, \"max_err_lse\": %.3e", v.max_err_o, v.max_err_lse);
+    if (!fwd) std::printf(", \"deterministic\": %d", c.deterministic ? 1 : 0);
+    if (checked && fwd) std::printf(", \"max_err_o\": %.3e, \"max_err_lse\": %.3e", v.max_err_o, v.max_err_lse);
+    if (checked && !fwd) {
+      std::printf(", \"max_rel_err_dq\": %.3e, \"max_rel_err_dk\": %.3e, \"max_rel_err_dv\": %.3e", v.max_err_dq,
+                  v.max_err_dk, v.max_err_dv);
+    }
     std::printf("}\n");
   } else {
     std::printf("%s %s D=%d causal=%d B=%d Sq=%d Sk=%d H=%d Hkv=%d: %.4f ms, %.1f TFLOPS, %.0f GB/s, verify %s",
                 mode, dtype.c_str(), c.head_dim, c.causal ? 1 : 0, c.batch, c.seqlen_q, c.seqlen_k, c.heads_q,
                 c.heads_kv, ms, tflops, gbps, verdict);
-    if (checked) std::printf(" (max |dO| %.2e, max rel |dLSE| %.2e)", v.max_err_o, v.max_err_lse);
+    if (!fwd && c.deterministic) std::printf(", deterministic");
+    if (checked && fwd) std::printf(" (max |dO| %.2e, max rel |dLSE| %.2e)", v.max_err_o, v.max_err_lse);
+    if (checked && !fwd) {
+      std::printf(" (max rel err dQ %.2e, dK %.2e, dV %.2e)", v.max_err_dq, v.max_err_dk, v.max_err_dv);
+    }
     std::printf("\n");
   }
   std::fflush(stdout);
@@ -200,8 +247,11 @@ int run(const Options& options) {
   for (const Case& c : list) {
     Launcher launcher(c, tensors, stream.get(), workspace);
     Verification v;
-    if (options.verify && c.mode == Mode::fwd) v = verify(c, tensors, launcher, stream.get());
-    if (c.mode == Mode::bwd) launcher.forward();  // the backward reads the forward's O and LSE
+    if (options.verify) {
+      v = c.mode == Mode::fwd ? verify(c, tensors, launcher, stream.get())
+                              : verify_gradients(c, tensors, launcher, stream.get());
+    }
+    if (c.mode == Mode::bwd) launcher.forward();  // once, untimed: the backward reads the forward's O and LSE
     const double ms = time_ms(launcher, options, stream.get());
     print(options, c, ms, v);
     all_verified = all_verified && v.ok;

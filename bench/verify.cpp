@@ -1,5 +1,7 @@
 // Sampled-row verification. A full CPU reference at 16K tokens would take hours, so a few (batch, head) pairs
-// and evenly spaced rows (first and last included: the causal extremes) are checked with forward_fp64_row.
+// and evenly spaced rows (first and last included: the causal extremes) are checked: the forward's with
+// forward_fp64_row, the backward's with the fp64 gradient formulas of src/reference/reference_backward.cpp
+// evaluated for the sampled rows only.
 #include "verify.hpp"
 
 #include <algorithm>
@@ -26,6 +28,12 @@ constexpr double kMaxErrOFp16 = kMaxErrOBf16 / 8;
 // LSE stays fp32 in the kernel: only the accumulation order differs from fp64. Relative to max(1, |LSE|) so
 // that an LSE near 0 is not held to a relative bound.
 constexpr double kMaxErrLse = 1e-3;
+// Gradients, relative to the largest exact value among the sampled rows of each: every entry sums Sk (dq) or
+// Sq (dk, dv) products whose dS or P factor the kernel rounds once to the input precision, accumulated in fp32,
+// so a normwise error of a few unit roundoffs (bf16 2^-8 = 3.9e-3) is what the precision allows; 3e-2 is about
+// eight of them. fp16 again 8x tighter.
+constexpr double kMaxErrGradBf16 = 3e-2;
+constexpr double kMaxErrGradFp16 = kMaxErrGradBf16 / 8;
 
 // |got - want|, where equal values (the -inf LSE of a fully masked row) agree and a NaN never does.
 double error(double got, double want) {
@@ -33,11 +41,7 @@ double error(double got, double want) {
   return got == want ? 0.0 : std::fabs(got - want);
 }
 
-}  // namespace
-
-Verification verify_forward(const Case& c, std::span<const float> q, std::span<const float> k,
-                            std::span<const float> v, std::span<const std::uint16_t> o,
-                            std::span<const float> lse) {
+ref::Problem problem_of(const Case& c) {
   ref::Problem problem;
   problem.batch = c.batch;
   problem.seqlen_q = c.seqlen_q;
@@ -47,7 +51,39 @@ Verification verify_forward(const Case& c, std::span<const float> q, std::span<c
   problem.head_dim = c.head_dim;
   problem.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   problem.causal = c.causal;
+  return problem;
+}
 
+// Row r of `rows` evenly spaced rows out of `length`, the first and the last included.
+int sampled_row(int r, int rows, int length) {
+  return rows == 1 ? 0 : static_cast<int>(static_cast<long long>(r) * (length - 1) / (rows - 1));
+}
+
+double dot(const float* a, const float* b, int n) {
+  double sum = 0;
+  for (int d = 0; d < n; ++d) sum += static_cast<double>(a[d]) * b[d];
+  return sum;
+}
+
+// The largest error of one gradient relative to its largest exact value.
+struct GradientError {
+  double max_abs = 0;
+  double max_exact = 0;
+
+  void add(double got, double want) {
+    max_abs = std::max(max_abs, error(got, want));
+    max_exact = std::max(max_exact, std::fabs(want));
+  }
+  // An all-zero exact gradient (nothing visible) leaves the absolute error.
+  double relative() const { return max_exact > 0 ? max_abs / max_exact : max_abs; }
+};
+
+}  // namespace
+
+Verification verify_forward(const Case& c, std::span<const float> q, std::span<const float> k,
+                            std::span<const float> v, std::span<const std::uint16_t> o,
+                            std::span<const float> lse) {
+  const ref::Problem problem = problem_of(c);
   const std::pair<int, int> pairs[] = {{0, 0}, {c.batch - 1, c.heads_q - 1}};
   const int rows = std::min(kSampledRows, c.seqlen_q);
   std::vector<double> o_ref(c.head_dim);
@@ -55,7 +91,7 @@ Verification verify_forward(const Case& c, std::span<const float> q, std::span<c
   Verification result;
   for (const auto& [b, h] : pairs) {
     for (int r = 0; r < rows; ++r) {
-      const int row = rows == 1 ? 0 : static_cast<int>(static_cast<long long>(r) * (c.seqlen_q - 1) / (rows - 1));
+      const int row = sampled_row(r, rows, c.seqlen_q);
       ref::forward_fp64_row(problem, q, k, v, b, h, row, o_ref.data(), &lse_ref);
       const std::size_t first = problem.q_index(b, row, h);
       for (int d = 0; d < c.head_dim; ++d) {
@@ -69,6 +105,88 @@ Verification verify_forward(const Case& c, std::span<const float> q, std::span<c
   }
   const double max_err_o = c.dtype == ref::Precision::bf16 ? kMaxErrOBf16 : kMaxErrOFp16;
   result.ok = result.max_err_o <= max_err_o && result.max_err_lse <= kMaxErrLse;
+  return result;
+}
+
+// Per (query row i of head h, key j): P = exp(scale q.k - lse_i), dP = dout_i . v_j, dS = P (dP - delta_i), with
+// delta_i = dout_i . o_i; then dq_i = scale sum_j dS k_j, dk_j = scale sum_(h in group, i) dS q_i and
+// dv_j = sum_(h in group, i) P dout_i.
+Verification verify_backward(const Case& c, const BackwardData& t) {
+  const ref::Problem problem = problem_of(c);
+  const int sq = c.seqlen_q, sk = c.seqlen_k, head_dim = c.head_dim;
+  const int group = c.heads_q / c.heads_kv;
+  const auto value = [&](std::span<const std::uint16_t> x, std::size_t e) {
+    return static_cast<double>(ref::from_bits(c.dtype, x[e]));
+  };
+  GradientError dq, dk, dv;
+  const std::pair<int, int> pairs[] = {{0, 0}, {c.batch - 1, c.heads_q - 1}};
+  for (const auto& [b, h] : pairs) {
+    const int h_kv = problem.kv_head(h);
+    // delta of every query row of the group's heads; group head g is query head h_kv * group + g.
+    std::vector<double> delta(static_cast<std::size_t>(group) * sq);
+    for (int g = 0; g < group; ++g) {
+      for (int i = 0; i < sq; ++i) {
+        const std::size_t first = problem.q_index(b, i, h_kv * group + g);
+        double sum = 0;
+        for (int d = 0; d < head_dim; ++d) sum += t.dout[first + d] * value(t.o, first + d);
+        delta[static_cast<std::size_t>(g) * sq + i] = sum;
+      }
+    }
+    // P and dS of query row i of group head g and key j; false where the key is masked.
+    const auto terms = [&](int g, int i, int j, double& p, double& ds) {
+      if (!ref::key_visible(problem, sq, sk, i, j)) return false;
+      const int head = h_kv * group + g;
+      const float* q_row = t.q.data() + problem.q_index(b, i, head);
+      const std::size_t kv = problem.kv_index(b, j, h_kv);
+      p = std::exp(problem.scale * dot(q_row, t.k.data() + kv, head_dim) - t.lse[problem.lse_index(b, head, i)]);
+      ds = p * (dot(t.dout.data() + problem.q_index(b, i, head), t.v.data() + kv, head_dim) -
+                delta[static_cast<std::size_t>(g) * sq + i]);
+      return true;
+    };
+    std::vector<double> acc_a(head_dim), acc_b(head_dim);
+    const int rows_q = std::min(kSampledRows, sq);
+    for (int r = 0; r < rows_q; ++r) {
+      const int i = sampled_row(r, rows_q, sq);
+      const int g = h - h_kv * group;
+      std::fill(acc_a.begin(), acc_a.end(), 0.0);
+      for (int j = 0; j < sk; ++j) {
+        double p = 0, ds = 0;
+        if (!terms(g, i, j, p, ds)) continue;
+        const float* k_row = t.k.data() + problem.kv_index(b, j, h_kv);
+        for (int d = 0; d < head_dim; ++d) acc_a[d] += ds * k_row[d];
+      }
+      const std::size_t first = problem.q_index(b, i, h);
+      for (int d = 0; d < head_dim; ++d) dq.add(value(t.dq, first + d), problem.scale * acc_a[d]);
+    }
+    const int rows_k = std::min(kSampledRows, sk);
+    for (int r = 0; r < rows_k; ++r) {
+      const int j = sampled_row(r, rows_k, sk);
+      std::fill(acc_a.begin(), acc_a.end(), 0.0);
+      std::fill(acc_b.begin(), acc_b.end(), 0.0);
+      for (int g = 0; g < group; ++g) {
+        for (int i = 0; i < sq; ++i) {
+          double p = 0, ds = 0;
+          if (!terms(g, i, j, p, ds)) continue;
+          const std::size_t row = problem.q_index(b, i, h_kv * group + g);
+          for (int d = 0; d < head_dim; ++d) {
+            acc_a[d] += ds * t.q[row + d];
+            acc_b[d] += p * t.dout[row + d];
+          }
+        }
+      }
+      const std::size_t first = problem.kv_index(b, j, h_kv);
+      for (int d = 0; d < head_dim; ++d) {
+        dk.add(value(t.dk, first + d), problem.scale * acc_a[d]);
+        dv.add(value(t.dv, first + d), acc_b[d]);
+      }
+    }
+  }
+  Verification result;
+  result.max_err_dq = dq.relative();
+  result.max_err_dk = dk.relative();
+  result.max_err_dv = dv.relative();
+  const double bound = c.dtype == ref::Precision::bf16 ? kMaxErrGradBf16 : kMaxErrGradFp16;
+  result.ok = result.max_err_dq <= bound && result.max_err_dk <= bound && result.max_err_dv <= bound;
   return result;
 }
 

@@ -61,6 +61,13 @@ inline ErrorStats compare(std::span<const float> got, std::span<const double> re
   return stats;
 }
 
+// max |ref| (0 for an empty span): the magnitude a noise floor scales with for outputs far from 1.
+inline double max_abs(std::span<const double> ref) {
+  double largest = 0;
+  for (double r : ref) largest = std::max(largest, std::fabs(r));
+  return largest;
+}
+
 // The rule above as a GoogleTest assertion; the message shows every number that went into it.
 inline ::testing::AssertionResult within_tolerance(const char* what, ErrorStats kernel, ErrorStats naive,
                                                    double floor) {

@@ -1,38 +1,90 @@
 #!/usr/bin/env bash
-# The one GPU job: build with ninja on all cores, run the GPU tests (and the CPU ones), then benchmark
-# flash4 and its peers in the same run, writing logs and JSON into the folder given as $1 (default
-# $OUT, else ./gpu-out). Prints a short table last.
-#   tools/gpu-run.sh [OUT_DIR] [--quick]   --quick: tests on a reduced build, no peers
+# The one GPU job: build with ninja on all cores, run the tests (GPU and CPU), compute-sanitizer on one small
+# backward case, then benchmark flash4 and its peers, forward and backward, in the same run. Writes few files
+# into the folder given as $1 (default $OUT, else ./gpu-out), since the device returns at most 8:
+#   build.log   device, configure, build, spill check
+#   tests.log   ctest, then compute-sanitizer memcheck and racecheck
+#   bench.log   the benchmarks' stderr and notes
+#   bench.json  every benchmark row (tools/merge_bench.py)
+# plus whatever tools/gpu-python.sh writes, when it exists. Prints ctest's summary and a short TFLOPS table last.
+#   tools/gpu-run.sh [OUT_DIR] [--quick]   --quick: build and tests only
+# Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,128,256),
+# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_SANITIZE_CASE (the backward test case, by name).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-full}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu
+raw=$build/bench-raw  # per-benchmark JSON lines, merged into $out/bench.json
 status=0
 
-echo "== device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
+echo "== device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/build.log"
 
 echo "== build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASH4_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
+{ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASH4_CMAKE_ARGS:-} &&
+  cmake --build "$build" -j "$(nproc)"; } >>"$out/build.log" 2>&1 ||
+  { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 "$root/tools/check-spills.sh" "$out/build.log" || status=1
 
 echo "== tests"
-(cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/ctest.log" 2>&1 || status=1
-grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tail -30
+(cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/tests.log" 2>&1 || status=1
+summary=$(grep -E "tests passed|tests failed out of" "$out/tests.log" | tail -1)
+grep -E "Failed|\*\*\*" "$out/tests.log" | tail -30
 grep -h "\[smoke\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -2
+echo "$summary"
+
+echo "== compute-sanitizer (one backward case)"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+case_name=${FLASH4_SANITIZE_CASE:-bf16_d128_b1_sq113_sk203_h2x2_causal}
+filter="*BackwardGrid.MatchesReference/${case_name}_*"
+if [ -x "$sanitizer" ]; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
+    "$sanitizer" --tool "$tool" --error-exitcode 99 "$build/tests/flash4_gpu_tests" --gtest_filter="$filter" \
+      >>"$out/tests.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    echo "$tool: exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests? from .* ran|SKIPPED \]|PASSED \]|FAILED \]" \
+      "$out/tests.log" | tail -3 | tr '\n' ' ')"
+  done
+else
+  echo "compute-sanitizer not found" | tee -a "$out/tests.log"
+fi
 
 if [ "$mode" = "--quick" ]; then exit $status; fi
 
 echo "== bench"
+mkdir -p "$raw" && rm -f "$raw"/*.jsonl
 dims=${FLASH4_BENCH_DIMS:-64,128,256}
+bwd_dims=${FLASH4_BENCH_BWD_DIMS:-64,128}
+: >"$out/bench.log"
 for d in ${dims//,/ }; do
-  "$build/flash4-bench" --all --json --D "$d" >"$out/flash4-d$d.jsonl" 2>>"$out/bench.err" || status=1
+  "$build/flash4-bench" --all --json --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$out/bench.log" || status=1
 done
-python3 "$root/bench/peers.py" --dims "$dims" >"$out/peers.jsonl" 2>"$out/peers.err" || status=1
+for d in ${bwd_dims//,/ }; do
+  "$build/flash4-bench" --all --json --mode bwd --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$out/bench.log"
+  rc=$?
+  # Exit status 2: this build's flash4_bwd answers NOT_IMPLEMENTED (a note, not a failure of this run).
+  if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$out/bench.log"
+  elif [ $rc -ne 0 ]; then status=1; fi
+done
+echo "== peers" >>"$out/bench.log"
+python3 "$root/bench/peers.py" --dims "$dims" --modes fwd >"$raw/peers-fwd.jsonl" 2>>"$out/bench.log" || status=1
+python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
-python3 "$root/tools/merge_bench.py" "$out/bench.json" "$out"/flash4-d*.jsonl "$out/peers.jsonl" \
+python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --commit "${FLASH4_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
-  --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software"
+  --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software" \
+  >"$raw/table.txt" 2>>"$out/bench.log" || status=1
+
+if [ -f "$root/tools/gpu-python.sh" ]; then
+  echo "== python"
+  bash "$root/tools/gpu-python.sh" "$out" "$build" || status=1
+fi
+
+echo "== summary"
+echo "ctest: $summary"
+cat "$raw/table.txt"
 exit $status

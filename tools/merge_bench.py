@@ -3,7 +3,7 @@
 
 Usage: merge_bench.py OUT.json FILE.jsonl [FILE.jsonl ...] --commit SHA --device TEXT --software TEXT
 The document has a header (date, commit, device, software, method) and `rows` in the anchors' format,
-then prints a short table: flash4 vs the best peer per (mode, D, causal, N).
+then prints a short table: TFLOPS per (mode, D, causal, N), one column per provider, flash4 first.
 """
 import argparse
 import datetime
@@ -54,13 +54,15 @@ def main():
     for row in rows:
         key = (row["mode"], row["D"], row["causal"], row["N"])
         table.setdefault(key, {})[row["provider"]] = row["tflops"]
-    print(f"{'mode':4} {'D':>4} {'causal':>6} {'N':>6} {'flash4':>8} {'best peer':>22}")
-    for key in sorted(table):
-        providers = table[key]
-        peers = {name: value for name, value in providers.items() if name != "flash4"}
-        best = max(peers.items(), key=lambda item: item[1]) if peers else ("-", 0.0)
-        ours = providers.get("flash4", float("nan"))
-        print(f"{key[0]:4} {key[1]:>4} {str(key[2]):>6} {key[3]:>6} {ours:>8.1f} {best[1]:>8.1f} {best[0]:>13}")
+    providers = sorted({row["provider"] for row in rows}, key=lambda name: (name != "flash4", name))
+    widths = [max(8, len(name)) for name in providers]
+    print("TFLOPS (anchors' FLOP convention: fwd 4*B*H*N*N*D, x0.5 causal; bwd 2.5 x fwd)")
+    print(f"{'mode':4} {'D':>4} {'causal':>6} {'N':>6} " + " ".join(f"{n:>{w}}" for n, w in zip(providers, widths)))
+    # fwd before bwd, then D, causal, N.
+    for key in sorted(table, key=lambda k: (k[0] != "fwd", k[1:])):
+        cells = [table[key].get(name) for name in providers]
+        text = " ".join(f"{'-' if v is None else f'{v:.1f}':>{w}}" for v, w in zip(cells, widths))
+        print(f"{key[0]:4} {key[1]:>4} {str(key[2]):>6} {key[3]:>6} {text}")
 
 
 if __name__ == "__main__":

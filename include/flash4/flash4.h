@@ -13,6 +13,11 @@
  *    [cu_seqlens_q[b], cu_seqlens_q[b+1]).
  *  - lse: fp32, natural log, one value per (batch, head, query row), laid out (B, Hq, Sq) contiguous, or
  *    (Hq, total_q) for varlen. A fully masked row gets O = 0 and LSE = -inf.
+ *  - Empty problems: seqlen_q / seqlen_k (total_q / total_k for varlen) may be 0; batch and heads may not.
+ *    Such a call is validated like any other. An empty key set masks every query row, so flash4_fwd writes
+ *    O = 0 and LSE = -inf for all of them; flash4_bwd writes dq = 0 when there are no keys and dk = dv = 0
+ *    when there are no queries. These fills are asynchronous on the stream and need no workspace; a call
+ *    with nothing to write (no query rows in the forward, neither rows in the backward) launches nothing.
  *  - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq).
  *    A sliding window (left, right) keeps j in [i + Sk - Sq - left, i + Sk - Sq + right]; -1 means unbounded.
  *    causal = 1 is the window (-1, 0).

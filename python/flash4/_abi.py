@@ -149,11 +149,18 @@ FUNCTIONS = {
 
 class Flash4Error(RuntimeError):
     """A flash4 entry point returned a failing status (the int `status`, comparable with Status); the
-    message carries the library's own text, which names the offending argument."""
+    message carries the library's own text, which names the offending argument.
 
-    def __init__(self, message, status):
-        super().__init__(message)
-        self.status = status
+    args is (message, status), so the exception survives copy.copy, pickle and the `type(e)(*e.args)`
+    re-raise that tracing machinery performs; str() is the message alone.
+    """
+
+    def __init__(self, message, status=Status.ERROR_INTERNAL):
+        super().__init__(str(message), int(status))
+        self.status = int(status)
+
+    def __str__(self):
+        return self.args[0]
 
 
 class Flash4NotImplementedError(Flash4Error, NotImplementedError):
@@ -161,17 +168,23 @@ class Flash4NotImplementedError(Flash4Error, NotImplementedError):
     implement it (the backward, before its kernel lands)."""
 
 
-def check(lib, entry, status):
-    """Raise for a failing `status` returned by `entry` (an exported function name) of `lib`.
+def error(lib, entry, status):
+    """The exception for a failing `status` returned by `entry` (an exported function name) of `lib`.
 
     Must run right after the call and on the same thread: flash4_last_error_message() is per thread and
-    is overwritten by the next call.
+    is overwritten by the next call. The library's text is copied into Python strings at once; the
+    exception holds nothing but those strings and the status.
     """
-    if status == Status.SUCCESS:
-        return
+    status = int(status)
     message = lib.flash4_last_error_message().decode(errors="replace")
     text = f"{entry} failed with {lib.flash4_status_string(status).decode(errors='replace')} (status {status})"
     if message:
         text += f": {message}"
-    error = Flash4NotImplementedError if status == Status.ERROR_NOT_IMPLEMENTED else Flash4Error
-    raise error(text, status)
+    kind = Flash4NotImplementedError if status == Status.ERROR_NOT_IMPLEMENTED else Flash4Error
+    return kind(text, status)
+
+
+def check(lib, entry, status):
+    """Raise error(lib, entry, status) for a failing `status`; see error() for when to call it."""
+    if status != Status.SUCCESS:
+        raise error(lib, entry, status)

@@ -4,48 +4,59 @@ Providers, each timed on the same inputs, case after case:
     flash4            flash4.flash_attn_func on (B, N, H, D) strided views of the (B, H, N, D) tensors
     sdpa_cudnn        torch SDPA, cuDNN backend
     sdpa_flash(FA2)   torch SDPA, flash backend (FlashAttention-2)
-    flex              torch FlexAttention, compiled (a block mask for causal)
+    flex_attention    torch FlexAttention, compiled (a block mask for causal)
 Shapes follow the anchors (shared/anchors/*.json): bf16, total tokens B * N = 16K, H = 2048 / D, N from 512
 to 16K, D in {64, 128}, causal and not, forward and backward. Timing is triton.testing.do_bench's median
-(warm-up 50 ms, repeat 200 ms), as for the anchors.
+(warm-up 50 ms, repeat 200 ms by default), as for the anchors, on random normal inputs (never zeros). The
+backward is timed alone: the forward runs once outside the timed region and each timed call is
+torch.autograd.grad through its retained graph.
 
 Writes JSON (a header with date, commit, device and software, then one row per measurement) and a PNG of
-TFLOPS against N per case. Needs a CUDA device, the library, triton (ships with torch on Linux), tqdm and
-matplotlib (`pip install ./python[bench]`).
+TFLOPS against N per case. Needs a CUDA device, the library and triton (ships with torch on Linux); tqdm
+and matplotlib (`pip install ./python[bench]`) give the progress bar and the plot, and are imported only
+when used: without tqdm the progress is printed line by line, without matplotlib the PNG is skipped.
+bench/peers.py reuses this module's runners for the C++ benchmark's peer rows.
 """
 
 import argparse
-import contextlib
 import datetime
 import json
 import subprocess
 import time
 from pathlib import Path
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import flash4
 
-PROVIDERS = ("flash4", "sdpa_cudnn", "sdpa_flash(FA2)", "flex")
+# Provider names as in the anchors (shared/anchors/*.json).
+PROVIDERS = ("flash4", "sdpa_cudnn", "sdpa_flash(FA2)", "flex_attention")
+PEERS = PROVIDERS[1:]
 SDPA_BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash(FA2)": SDPBackend.FLASH_ATTENTION}
 BWD_FLOPS_FACTOR = 2.5  # backward = 2.5 x forward FLOPs (two matmuls forward, five backward)
 WARMUP_MS, REPEAT_MS = 50, 200
 HOST_CALLS = 20  # calls averaged for the host (enqueue) time of one call
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m flash4.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", choices=("fwd", "bwd"), default=["fwd", "bwd"])
     parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
-    parser.add_argument("--seqlens", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS))
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS))
     parser.add_argument("--total-tokens", type=int, default=16384, help="B * N of every case")
     parser.add_argument("--model-dim", type=int, default=2048, help="H * D of every case")
     parser.add_argument("--out", type=Path, help="JSON path (default flash4-bench-<date>.json); the PNG goes beside it")
+    parser.add_argument("--warmup-ms", type=float, default=WARMUP_MS, help="do_bench warm-up per measurement")
+    parser.add_argument("--repeat-ms", type=float, default=REPEAT_MS, help="do_bench timed span per measurement")
+    parser.add_argument("--time-budget-s", type=float, default=None,
+                        help="stop measuring after this many seconds; later runs are listed as skipped")
     args = parser.parse_args(argv)
     args.causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     return args
@@ -55,30 +66,58 @@ def fwd_flops(batch, heads, seqlen, head_dim, causal):
     return 4 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
 
 
+def _causal(batch, head, query, key):
+    return key <= query
+
+
+_flex_compiled = None
+
+
+def _flex():
+    """flex_attention compiled once per process; torch.compile recompiles per new shape and, from the
+    second shape on, marks the sequence length dynamic, so a sweep costs a few compiles, not one per case."""
+    global _flex_compiled
+    if _flex_compiled is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _flex_compiled = torch.compile(flex_attention)
+    return _flex_compiled
+
+
 def forward_fn(provider, q, k, v, causal):
     """A zero-argument callable running `provider`'s forward on (B, H, N, D) q, k, v."""
     if provider == "flash4":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, N, H, D) views, last dim contiguous
         return lambda: flash4.flash_attn_func(q, k, v, causal=causal)
     if provider in SDPA_BACKENDS:
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    torch._dynamo.reset()  # a fresh compile per shape: never a recompile limit, never a stale graph
+        backend = SDPA_BACKENDS[provider]
+
+        def sdpa():
+            with sdpa_kernel(backend):  # only this backend: an unsupported case raises, never falls back
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return sdpa
+    if provider != "flex_attention":
+        raise ValueError(f"unknown provider {provider!r}; known: {', '.join(PROVIDERS)}")
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    compiled = _flex()
     block_mask = None
     if causal:
-        seqlen = q.shape[2]
-        block_mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, seqlen, seqlen, device=q.device)
-    compiled = torch.compile(flex_attention, dynamic=False)
+        block_mask = create_block_mask(_causal, None, None, q.shape[2], k.shape[2], device=q.device)
     return lambda: compiled(q, k, v, block_mask=block_mask)
 
 
 def timed_fn(provider, mode, q, k, v, causal):
-    """The callable to time: the forward, or one backward through a retained forward graph."""
+    """The callable to time: the forward, or the backward alone (autograd.grad through the graph of one
+    forward run here, outside the timed region, and retained for every timed call)."""
     forward = forward_fn(provider, q, k, v, causal)
     if mode == "fwd":
         return forward
     out = forward()
     dout = torch.randn_like(out)
-    return lambda: out.backward(dout, retain_graph=True)
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
 
 def host_us(fn):
@@ -92,17 +131,29 @@ def host_us(fn):
     return elapsed / HOST_CALLS * 1e6
 
 
-def measure(provider, mode, q, k, v, causal):
+def measure(provider, mode, q, k, v, causal, warmup_ms=WARMUP_MS, repeat_ms=REPEAT_MS):
     """(median ms, host us) of one provider on one case."""
     from triton.testing import do_bench  # imported here: it needs a CUDA device to import cleanly
 
-    backend = SDPA_BACKENDS.get(provider)
-    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
-        fn = timed_fn(provider, mode, q, k, v, causal)
-        fn()  # the first call compiles (flex), opens the library (flash4) or raises for an unsupported case
-        ms = do_bench(fn, warmup=WARMUP_MS, rep=REPEAT_MS, grad_to_none=[q, k, v] if mode == "bwd" else None,
-                      return_mode="median")
-        return ms, host_us(fn)
+    fn = timed_fn(provider, mode, q, k, v, causal)
+    fn()  # the first call compiles (flex), opens the library (flash4) or raises for an unsupported case
+    ms = do_bench(fn, warmup=warmup_ms, rep=repeat_ms, return_mode="median")
+    return ms, host_us(fn)
+
+
+def case_inputs(mode, head_dim, seqlen, total_tokens=16384, model_dim=2048, seed=0):
+    """The anchors' case: (case dict, fwd FLOPs of the mode, q, k, v) with q, k, v (B, H, N, D) bf16."""
+    batch, heads = max(1, total_tokens // seqlen), model_dim // head_dim
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, seqlen, head_dim, dtype=torch.bfloat16, device="cuda", generator=generator)
+               .requires_grad_(mode == "bwd") for _ in "qkv")
+    case = {"mode": mode, "D": head_dim, "N": seqlen, "B": batch, "H": heads}
+    return case, q, k, v
+
+
+def case_flops(case, causal):
+    flops = fwd_flops(case["B"], case["H"], case["N"], case["D"], causal)
+    return flops * (BWD_FLOPS_FACTOR if case["mode"] == "bwd" else 1)
 
 
 def max_abs_diff_vs_sdpa(q, k, v, causal):
@@ -115,21 +166,23 @@ def max_abs_diff_vs_sdpa(q, k, v, causal):
 
 def run_cases(args, progress):
     rows, skipped = [], []
+    deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s
     for mode in args.modes:
         for head_dim in args.head_dims:
             for causal in args.causals:
                 for seqlen in args.seqlens:
-                    batch, heads = max(1, args.total_tokens // seqlen), args.model_dim // head_dim
-                    torch.manual_seed(0)
-                    q, k, v = (torch.randn(batch, heads, seqlen, head_dim, dtype=torch.bfloat16, device="cuda",
-                                           requires_grad=mode == "bwd") for _ in "qkv")
-                    case = {"mode": mode, "D": head_dim, "causal": causal, "N": seqlen, "B": batch, "H": heads}
-                    flops = fwd_flops(batch, heads, seqlen, head_dim, causal)
-                    flops *= BWD_FLOPS_FACTOR if mode == "bwd" else 1
+                    case, q, k, v = case_inputs(mode, head_dim, seqlen, args.total_tokens, args.model_dim)
+                    case = {"mode": mode, "D": head_dim, "causal": causal, **case}
+                    flops = case_flops(case, causal)
                     for provider in args.providers:
                         progress.set_postfix_str(f"{mode} D={head_dim} causal={causal} N={seqlen} {provider}")
+                        if deadline is not None and time.monotonic() > deadline:
+                            skipped.append({**case, "provider": provider,
+                                            "reason": f"time budget of {args.time_budget_s:g} s spent"})
+                            progress.update()
+                            continue
                         try:
-                            ms, host = measure(provider, mode, q, k, v, causal)
+                            ms, host = measure(provider, mode, q, k, v, causal, args.warmup_ms, args.repeat_ms)
                         except Exception as err:  # one provider's failure must not end the whole run
                             reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                             skipped.append({**case, "provider": provider, "reason": reason})
@@ -144,6 +197,37 @@ def run_cases(args, progress):
                     del q, k, v
                     torch.cuda.empty_cache()
     return rows, skipped
+
+
+class LineProgress:
+    """The subset of tqdm's interface run_cases uses, printing one line per step (when tqdm is missing)."""
+
+    def __init__(self, total, stream=sys.stderr):
+        self.total, self.done, self.postfix, self.stream = total, 0, "", stream
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set_postfix_str(self, text):
+        self.postfix = text
+
+    def update(self, n=1):
+        self.done += n
+        print(f"[{self.done}/{self.total}] {self.postfix}", file=self.stream, flush=True)
+
+    def write(self, text):
+        print(text, file=self.stream, flush=True)
+
+
+def progress_bar(total):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return LineProgress(total)
+    return tqdm(total=total, unit="run")
 
 
 def git_commit():
@@ -183,14 +267,19 @@ def header(args):
         "shape_rule": f"total tokens B*N = {args.total_tokens}, H = {args.model_dim}/D, dtype bf16, q/k/v (B,H,N,D) "
                       "random normal; flash4 gets (B,N,H,D) strided views of the same tensors",
         "flops": f"fwd = 4*B*H*N*N*D (x0.5 causal); bwd = {BWD_FLOPS_FACTOR} x fwd; TFLOPS = flops / median time",
-        "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REPEAT_MS} ms; host_us = host time "
-                  f"to enqueue one call (mean of {HOST_CALLS}), the floor of ms when the GPU waits for Python",
+        "timing": f"triton.testing.do_bench median, warmup {args.warmup_ms:g} ms, rep {args.repeat_ms:g} ms, random "
+                  f"normal inputs; bwd: torch.autograd.grad through a retained graph, the forward outside the "
+                  f"timed region; host_us = host time to enqueue one call (mean of {HOST_CALLS}), the floor of "
+                  f"ms when the GPU waits for Python",
     }
 
 
 def plot(rows, args, path):
-    import matplotlib
-
+    """A PNG of TFLOPS against N, one panel per (mode, D) row and causal column; False without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")  # files only: no display on a GPU node
     import matplotlib.pyplot as plt
 
@@ -213,24 +302,25 @@ def plot(rows, args, path):
             ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def main(argv=None):
-    from tqdm import tqdm
-
     args = parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("flash4.bench needs a CUDA device")
     out = args.out or Path(f"flash4-bench-{datetime.date.today().isoformat()}.json")
     meta = header(args)  # opens the library first: a missing one stops the run before any timing
     total = len(args.modes) * len(args.head_dims) * len(args.causals) * len(args.seqlens) * len(args.providers)
-    with tqdm(total=total, unit="run") as progress:
+    with progress_bar(total) as progress:
         rows, skipped = run_cases(args, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": {**meta, "skipped": skipped}, "rows": rows}, indent=1) + "\n")
     png = out.with_suffix(".png")
-    plot(rows, args, png)
-    print(f"wrote {out} ({len(rows)} rows, {len(skipped)} skipped) and {png}")
+    plotted = plot(rows, args, png)
+    print(f"wrote {out} ({len(rows)} rows, {len(skipped)} skipped)"
+          + (f" and {png}" if plotted else "; no plot: matplotlib is not installed"))
 
 
 if __name__ == "__main__":

@@ -112,21 +112,50 @@ def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None):
     return params
 
 
-def _launch(direction, params, device):
-    """Validate, size the workspace and launch flash4_{direction} on torch's current stream."""
-    lib = load_library()
+def call_library(lib, direction, params, stream, allocate):
+    """Size the workspace, allocate it and enqueue flash4_{direction} on `stream` (an int handle, 0 for
+    the legacy stream). Returns (error, workspace): error is None or the exception to raise, built from
+    the library's message right after the failing call; workspace is what `allocate(bytes)` returned
+    (None when no bytes are needed), which the caller keeps until the launch is enqueued.
+
+    Needs neither torch nor a GPU (the CPU tests drive it with a stub library). It never raises for a
+    failing status: the caller raises once it has left every context it entered (see _launch).
+    """
     size_entry, launch_entry = f"flash4_{direction}_workspace_size", f"flash4_{direction}"
+    size = ctypes.c_size_t(0)
+    status = getattr(lib, size_entry)(ctypes.byref(params), ctypes.byref(size))
+    if status != _abi.Status.SUCCESS:
+        return _abi.error(lib, size_entry, status), None
+    workspace = allocate(size.value) if size.value else None
+    params.workspace = workspace.data_ptr() if workspace is not None else None
+    params.workspace_bytes = size.value
+    # The handle travels as a pointer-sized void*: an int passed without argtypes would be cut to 32 bits.
+    status = getattr(lib, launch_entry)(ctypes.byref(params), ctypes.c_void_p(stream or None))
+    if status != _abi.Status.SUCCESS:
+        return _abi.error(lib, launch_entry, status), workspace
+    return None, workspace
+
+
+def _launch(direction, params, device):
+    """Validate, size the workspace and launch flash4_{direction} on torch's current stream of `device`.
+
+    A failing status is raised only after the device guard is left, as an exception that holds plain
+    strings: nothing raised from this custom op refers to ctypes objects, the library's buffers or an
+    open context.
+    """
+    lib = load_library()
     # The library launches on the calling thread's current device; make it the tensors' device.
     with torch.cuda.device(device):
-        size = ctypes.c_size_t()
-        _abi.check(lib, size_entry, getattr(lib, size_entry)(ctypes.byref(params), ctypes.byref(size)))
-        # From torch's caching allocator on the launch stream: stream-ordered reuse makes freeing it right
-        # after the launch safe, and it lands in the graph's pool under CUDA graph capture.
-        workspace = torch.empty(size.value, dtype=torch.uint8, device=device) if size.value else None
-        params.workspace = workspace.data_ptr() if workspace is not None else None
-        params.workspace_bytes = size.value
         stream = torch.cuda.current_stream(device).cuda_stream
-        _abi.check(lib, launch_entry, getattr(lib, launch_entry)(ctypes.byref(params), stream))
+        # From torch's caching allocator on the launch stream: stream-ordered reuse makes freeing it right
+        # after the launch safe, and it lands in the graph's pool under CUDA graph capture. The library
+        # zeroes what it needs of it on the stream.
+        error, workspace = call_library(
+            lib, direction, params, stream, lambda size: torch.empty(size, dtype=torch.uint8, device=device)
+        )
+        del workspace
+    if error is not None:
+        raise error
 
 
 def _empty_outputs(q):

@@ -1,5 +1,7 @@
 // The extern "C" entry points of flash4.h. Each one loads the caller's params (of any released layout),
-// validates them, and hands a valid, non-empty problem to the host layer (src/host/forward.hpp).
+// validates them, and hands a valid, non-empty problem to the host layer (src/host/forward.hpp); a valid
+// empty problem gets the fills it defines instead (src/host/empty_problem.hpp: O = 0 and LSE = -inf for an
+// empty key set, zero gradients), or nothing at all when it has nothing to write.
 //
 // At the ABI boundary nothing throws, prints, exits or synchronizes. Every C++ exception is caught and
 // returned as FLASH4_ERROR_INTERNAL: std::bad_alloc means the host ran out of memory while planning, any other
@@ -12,15 +14,12 @@
 
 #include "api/validate.hpp"
 #include "flash4/flash4.h"
+#include "flash4_version.hpp"
+#include "host/empty_problem.hpp"
+#include "host/fill.hpp"
 #include "host/forward.hpp"
 
 namespace {
-
-// The one place the library version lives; it must equal project(VERSION) in CMakeLists.txt.
-constexpr int kVersionMajor = 0;
-constexpr int kVersionMinor = 1;
-constexpr int kVersionPatch = 0;
-constexpr const char* kVersionString = "0.1.0";
 
 // The last error lives in a fixed buffer, so that recording it can neither allocate nor throw (it also
 // records std::bad_alloc). Longer messages are truncated.
@@ -78,7 +77,7 @@ template <class Params, class WorkspaceBytes>
 flash4_status workspace_size(const Params* caller, std::size_t* bytes, WorkspaceBytes host_bytes) noexcept {
   return guarded([&]() -> flash4::api::Check {
     if (bytes == nullptr) return {FLASH4_ERROR_NULL_POINTER, "bytes is NULL; pass the address of a size_t"};
-    *bytes = 0;  // also the answer for an empty problem, which launches nothing
+    *bytes = 0;  // also the answer for an empty problem: its fills need no workspace
     Params params;
     if (flash4::api::Check check = load_valid(caller, params); !check.ok()) return check;
     if (!flash4::api::is_empty(params)) *bytes = host_bytes(params);
@@ -91,8 +90,11 @@ flash4_status launch(const Params* caller, flash4_stream_t stream, Launch host_l
   return guarded([&]() -> flash4::api::Check {
     Params params;
     if (flash4::api::Check check = load_valid(caller, params); !check.ok()) return check;
-    if (flash4::api::is_empty(params)) return {};  // nothing to compute: success, nothing launched
-    flash4::host::LaunchResult result = host_launch(params, stream);
+    // An empty problem computes nothing: it gets the fills it defines (possibly none) instead of a kernel.
+    flash4::host::LaunchResult result =
+        flash4::api::is_empty(params)
+            ? flash4::host::launch_fills(flash4::host::empty_problem_fills(params), stream)
+            : host_launch(params, stream);
     return {result.status, std::move(result.message)};
   });
 }
@@ -109,9 +111,11 @@ flash4_status check_only(const Params* caller) noexcept {
 
 extern "C" {
 
-int flash4_version(void) { return kVersionMajor * 10000 + kVersionMinor * 100 + kVersionPatch; }
+int flash4_version(void) {
+  return FLASH4_VERSION_MAJOR * 10000 + FLASH4_VERSION_MINOR * 100 + FLASH4_VERSION_PATCH;
+}
 
-const char* flash4_version_string(void) { return kVersionString; }
+const char* flash4_version_string(void) { return FLASH4_VERSION_STRING; }
 
 const char* flash4_status_string(flash4_status status) {
   switch (status) {

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <vector>
 
+#include "host/empty_problem.hpp"
+
 namespace flash4::api {
 namespace {
 
@@ -138,7 +140,7 @@ Check check_sizes(const Problem& p) {
     for (const auto& [name, value] : Fields{{"seqlen_q", p.seqlen_q}, {"seqlen_k", p.seqlen_k}}) {
       if (value < 0) {
         return fail(FLASH4_ERROR_INVALID_SIZE, name, " is ", value, "; ", name,
-                    " must be >= 0 (0 is an empty problem: nothing is launched)");
+                    " must be >= 0 (0 is an empty problem: no attention kernel runs)");
       }
     }
   }
@@ -303,11 +305,6 @@ Check validate(const Problem& p, const std::vector<Tensor>& tensors, Lse lse) {
 }
 
 template <class Params>
-bool is_empty_problem(const Params& p) {
-  return p.cu_seqlens_q ? (p.total_q == 0 || p.total_k == 0) : (p.seqlen_q == 0 || p.seqlen_k == 0);
-}
-
-template <class Params>
 Params canonical(Params p) {
   if (p.causal == 1) p.window_right = 0;
   return p;
@@ -347,8 +344,8 @@ Check validate_bwd(const flash4_bwd_params& p) {
   return validate(problem_of(p), tensors, Lse{p.lse, true});
 }
 
-bool is_empty(const flash4_fwd_params& params) { return is_empty_problem(params); }
-bool is_empty(const flash4_bwd_params& params) { return is_empty_problem(params); }
+bool is_empty(const flash4_fwd_params& params) { return host::is_empty_problem(params); }
+bool is_empty(const flash4_bwd_params& params) { return host::is_empty_problem(params); }
 
 flash4_fwd_params canonicalize(const flash4_fwd_params& params) { return canonical(params); }
 flash4_bwd_params canonicalize(const flash4_bwd_params& params) { return canonical(params); }

@@ -2,9 +2,10 @@
 // Pure host code (reads only the params struct, never device memory), so it runs and is tested without a GPU.
 //
 // Conventions decided here (the C ABI shims in c_api.cpp rely on them):
-//  - batch >= 1 always. seqlen_q / seqlen_k (or total_q / total_k for varlen) may be 0: that is an empty
-//    problem (see is_empty below); the call succeeds and launches nothing, and o / lse (dq / dk / dv for the
-//    backward) are left untouched.
+//  - batch >= 1 and heads_q, heads_kv >= 1 always. seqlen_q / seqlen_k (or total_q / total_k for varlen)
+//    may be 0: that is an empty problem (see is_empty below). It is validated like any other call, then runs
+//    no attention kernel: the shims write what it defines instead (host/empty_problem.hpp: o = 0 and
+//    lse = -inf when there are no keys, zero gradients), which launches nothing when there is nothing to write.
 //  - causal = 1 requires window_right in {-1, 0}; either is then treated as 0 (canonicalize below).
 //  - The workspace is not checked here: only the host planner knows how many bytes a call needs.
 #pragma once
@@ -31,7 +32,7 @@ bool is_known_struct_size(const flash4_bwd_params& params);
 Check validate_fwd(const flash4_fwd_params& params);
 Check validate_bwd(const flash4_bwd_params& params);
 
-// A validated problem with no query rows or no key rows: nothing to compute, nothing to launch.
+// A validated problem with no query rows or no key rows: nothing to compute (host::is_empty_problem).
 bool is_empty(const flash4_fwd_params& params);
 bool is_empty(const flash4_bwd_params& params);
 

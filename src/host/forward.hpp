@@ -20,8 +20,9 @@ std::size_t forward_workspace_bytes(const flash4_fwd_params& params);
 // Launch a validated forward. Never synchronizes.
 LaunchResult launch_forward(const flash4_fwd_params& params, flash4_stream_t stream);
 
-// The backward's host entry; this release has no backward kernel and says so.
-LaunchResult launch_backward(const flash4_bwd_params& params, flash4_stream_t stream);
+// The backward's host entry (src/host/dispatch/backward.cpp): zero the workspace accumulators, then
+// preprocess, main kernel, postprocess on the caller's stream. Never synchronizes.
 std::size_t backward_workspace_bytes(const flash4_bwd_params& params);
+LaunchResult launch_backward(const flash4_bwd_params& params, flash4_stream_t stream);
 
 }  // namespace flash4::host

@@ -53,4 +53,22 @@ bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error) 
   return true;
 }
 
+TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols, int swizzle_bytes) {
+  constexpr int kBytes = 2;  // bf16 and fp16
+  TmaView view;
+  view.base = shape.base;
+  view.element_type = shape.is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  view.element_bytes = kBytes;
+  const uint64_t batch = shape.varlen ? 1 : uint64_t(shape.batch);
+  view.extent = {uint64_t(shape.head_dim), uint64_t(shape.rows), uint64_t(shape.heads), batch};
+  const uint64_t seq_bytes = uint64_t(shape.stride_seq) * kBytes;
+  // The batch stride of a single-slice axis is never used; any valid (16-byte multiple) value will do.
+  const uint64_t batch_bytes = shape.varlen ? seq_bytes : uint64_t(shape.stride_batch) * kBytes;
+  view.stride_bytes = {seq_bytes, uint64_t(shape.stride_head) * kBytes, batch_bytes};
+  view.box_cols = uint32_t(box_cols);
+  view.box_rows = uint32_t(box_rows);
+  view.swizzle_bytes = swizzle_bytes;
+  return view;
+}
+
 }  // namespace flash4::host

@@ -21,6 +21,22 @@ struct TmaView {
   int swizzle_bytes;                     // 64 or 128
 };
 
+// The 4-D view of one attention operand, (batch, seq, head, dim) with dim contiguous. In varlen mode the
+// seq axis spans every sequence's rows and the batch axis is a single slice.
+struct OperandShape {
+  bool is_bf16;
+  const void* base;
+  int64_t stride_batch;  // elements; ignored in varlen mode
+  int64_t stride_seq;
+  int64_t stride_head;
+  int head_dim;
+  int rows;
+  int heads;
+  int batch;
+  bool varlen;
+};
+TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols, int swizzle_bytes);
+
 // Encodes `view` into `map`. Returns false and fills `error` (naming the failing call) on failure.
 bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error);
 

@@ -1,14 +1,18 @@
 // Validation through the C ABI: every bad input is rejected with its own status and a message naming the
 // argument, by flash4_*_check, flash4_*_workspace_size and flash4_fwd / flash4_bwd alike, before any CUDA call
-// (so these tests need no GPU). Valid launches are not tested here: they need a device.
+// (so these tests need no GPU). Valid launches are not tested here: they need a device (an empty problem's fills
+// are launches too; tests/gpu/test_empty_problem.cpp checks what they write).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <set>
 #include <string>
 #include <thread>
+
+#include <cuda_runtime_api.h>
 
 #include "flash4/flash4.h"
 
@@ -100,6 +104,15 @@ void make_varlen(flash4_fwd_params& p) {
 
 std::string last_error() { return flash4_last_error_message(); }
 
+// Whether a CUDA device is visible: calls that would write device memory are only made without one (they must
+// then fail with FLASH4_ERROR_NO_DEVICE), never on fake pointers.
+bool cuda_device_present() {
+  int count = 0;
+  const bool present = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return present;
+}
+
 // The call's status is `status` and its message names `argument`.
 void expect_status(flash4_status got, flash4_status status, const std::string& argument, const char* call) {
   const std::string message = last_error();
@@ -138,7 +151,15 @@ TEST(CApi, VersionNumberMatchesVersionString) {
   const std::string text = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
                            std::to_string(version % 100);
   EXPECT_EQ(text, flash4_version_string());
-  EXPECT_EQ(version, 100) << "the project version is 0.1.0";
+}
+
+// The library's version is generated from project(VERSION) in CMakeLists.txt, which tests/CMakeLists.txt
+// passes to this test as FLASH4_PROJECT_VERSION.
+TEST(CApi, VersionIsTheProjectVersion) {
+  EXPECT_STREQ(flash4_version_string(), FLASH4_PROJECT_VERSION);
+  int major = -1, minor = -1, patch = -1;
+  ASSERT_EQ(std::sscanf(FLASH4_PROJECT_VERSION, "%d.%d.%d", &major, &minor, &patch), 3) << FLASH4_PROJECT_VERSION;
+  EXPECT_EQ(flash4_version(), major * 10000 + minor * 100 + patch);
 }
 
 TEST(CApi, EveryStatusHasItsOwnName) {
@@ -219,12 +240,13 @@ TEST(FwdValidation, VarlenPassesAndIgnoresBatchStrides) {
   expect_fwd_valid(p);
 }
 
-TEST(FwdValidation, EmptyProblemSucceedsAndLaunchesNothing) {
-  // With no query rows or no key rows nothing is computed: flash4_fwd returns success without reaching the
-  // launcher (which, on a machine without a GPU, would answer FLASH4_ERROR_NO_DEVICE).
-  for (auto empty : {+[](flash4_fwd_params& p) { p.seqlen_q = 0; }, +[](flash4_fwd_params& p) { p.seqlen_k = 0; },
+TEST(FwdValidation, NoQueryRowsSucceedsAndLaunchesNothing) {
+  // Without query rows there is nothing to write: flash4_fwd returns success without a CUDA call (on a machine
+  // without a GPU any launch would answer FLASH4_ERROR_NO_DEVICE).
+  for (auto empty : {+[](flash4_fwd_params& p) { p.seqlen_q = 0; },
+                     +[](flash4_fwd_params& p) { p.seqlen_q = 0, p.seqlen_k = 0; },
                      +[](flash4_fwd_params& p) { make_varlen(p), p.total_q = 0; },
-                     +[](flash4_fwd_params& p) { make_varlen(p), p.total_k = 0; }}) {
+                     +[](flash4_fwd_params& p) { make_varlen(p), p.total_q = 0, p.total_k = 0; }}) {
     flash4_fwd_params p = valid_fwd();
     empty(p);
     std::size_t bytes = 1;
@@ -233,6 +255,49 @@ TEST(FwdValidation, EmptyProblemSucceedsAndLaunchesNothing) {
     EXPECT_EQ(flash4_fwd(&p, nullptr), FLASH4_SUCCESS) << last_error();
     EXPECT_EQ(last_error(), "");
   }
+}
+
+TEST(FwdValidation, NoKeyRowsIsValidAndNeedsNoWorkspace) {
+  // Without key rows flash4_fwd writes o = 0 and lse = -inf (a launch: tests/gpu/test_empty_problem.cpp).
+  for (auto empty : {+[](flash4_fwd_params& p) { p.seqlen_k = 0; },
+                     +[](flash4_fwd_params& p) { make_varlen(p), p.total_k = 0; }}) {
+    flash4_fwd_params p = valid_fwd();
+    empty(p);
+    p.k = p.v = nullptr;  // tensors without rows may be NULL
+    expect_fwd_valid(p);
+    std::size_t bytes = 1;
+    EXPECT_EQ(flash4_fwd_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
+    EXPECT_EQ(bytes, 0u);
+  }
+}
+
+TEST(FwdValidation, EmptyProblemsAreValidatedFirst) {
+  // An empty problem still has every other argument checked before anything is written.
+  flash4_fwd_params p = valid_fwd();
+  p.seqlen_k = 0;
+  p.softmax_scale = -1.0f;
+  expect_fwd_rejected(p, FLASH4_ERROR_INVALID_ARGUMENT, "softmax_scale");
+  p = valid_fwd();
+  p.seqlen_k = 0;
+  p.o = offset_bytes(p.o, 2);
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "o is not");
+  p = valid_fwd();
+  p.seqlen_k = 0;
+  p.lse = offset_bytes(p.lse, 2);
+  expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "lse");
+  p = valid_fwd();
+  p.seqlen_q = 0;
+  p.head_dim = 80;
+  expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+}
+
+TEST(FwdValidation, NoKeyRowsWithoutADeviceReportsNoDevice) {
+  // The fill is a launch, so without a GPU the call says so (with one, these fake pointers must not be written).
+  if (cuda_device_present()) GTEST_SKIP() << "a CUDA device is present: the fill would write the fake pointers";
+  flash4_fwd_params p = valid_fwd();
+  p.seqlen_k = 0;
+  EXPECT_EQ(flash4_fwd(&p, nullptr), FLASH4_ERROR_NO_DEVICE) << last_error();
+  EXPECT_NE(last_error(), "");
 }
 
 TEST(FwdValidation, EmptyTensorsMayBeNull) {
@@ -549,15 +614,54 @@ TEST(BwdValidation, SharesTheForwardRules) {
   expect_bwd_rejected(p, FLASH4_ERROR_MISALIGNED, "dv");
 }
 
-TEST(BwdValidation, EmptyProblemSucceedsAndLaunchesNothing) {
+TEST(BwdValidation, EmptyProblemWithNothingToWriteSucceedsAndLaunchesNothing) {
   flash4_bwd_params p = valid_bwd();
   p.seqlen_q = 0;
+  p.seqlen_k = 0;
   p.lse = nullptr;
-  p.q = p.o = p.dout = p.dq = nullptr;
+  p.q = p.o = p.dout = p.k = p.v = nullptr;
+  p.dq = p.dk = p.dv = nullptr;
   std::size_t bytes = 1;
   EXPECT_EQ(flash4_bwd_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
   EXPECT_EQ(bytes, 0u);
   EXPECT_EQ(flash4_bwd(&p, nullptr), FLASH4_SUCCESS) << last_error();
+}
+
+TEST(BwdValidation, EmptyProblemWithGradientsToZeroIsValidAndNeedsNoWorkspace) {
+  // No queries: dk = dv = 0. No keys: dq = 0. Both are launches (tests/gpu/test_empty_problem.cpp).
+  for (bool no_queries : {true, false}) {
+    flash4_bwd_params p = valid_bwd();
+    if (no_queries) {
+      p.seqlen_q = 0;
+      p.lse = nullptr;
+      p.q = p.o = p.dout = p.dq = nullptr;
+    } else {
+      p.seqlen_k = 0;
+      p.k = p.v = p.dk = p.dv = nullptr;
+    }
+    EXPECT_EQ(flash4_bwd_check(&p), FLASH4_SUCCESS) << last_error();
+    std::size_t bytes = 1;
+    EXPECT_EQ(flash4_bwd_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
+    EXPECT_EQ(bytes, 0u);
+    if (!cuda_device_present()) {
+      EXPECT_EQ(flash4_bwd(&p, nullptr), FLASH4_ERROR_NO_DEVICE) << last_error();
+    }
+  }
+}
+
+TEST(BwdValidation, EmptyProblemsAreValidatedFirst) {
+  flash4_bwd_params p = valid_bwd();
+  p.seqlen_q = 0;
+  p.dk_strides.seq += 2;
+  expect_bwd_rejected(p, FLASH4_ERROR_MISALIGNED, "dk_strides.seq");
+  p = valid_bwd();
+  p.seqlen_k = 0;
+  p.dq = nullptr;
+  expect_bwd_rejected(p, FLASH4_ERROR_NULL_POINTER, "dq");
+  p = valid_bwd();
+  p.seqlen_k = 0;
+  p.lse = nullptr;
+  expect_bwd_rejected(p, FLASH4_ERROR_NULL_POINTER, "lse");
 }
 
 }  // namespace

@@ -7,26 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "built_kernels.hpp"
+#include "gpu/built_kernel_list.hpp"
 #include "gpu/forward_case.hpp"
 #include "gpu/gpu_available.hpp"
 
 namespace flash4::test {
 namespace {
 
-struct BuiltKernel {
-  flash4_dtype dtype;
-  int head_dim;
-};
-
-std::vector<BuiltKernel> built_kernels() {
-  std::vector<BuiltKernel> kernels;
-#define FLASH4_ADD_BUILT(dtype_name, hd) \
-  kernels.push_back({std::string(#dtype_name) == "bf16" ? FLASH4_DTYPE_BF16 : FLASH4_DTYPE_FP16, hd});
-  FLASH4_FOR_EACH_BUILT_KERNEL(FLASH4_ADD_BUILT)
-#undef FLASH4_ADD_BUILT
-  return kernels;
-}
+std::vector<BuiltKernel> built_kernels() { return built_forward_kernels(); }
 
 // Sequence lengths from the FA3/FA4 test suites: tails of every size around the 128-row tiles.
 const std::vector<int> kOddLengths = {1, 17, 113, 239, 512, 799, 1023};

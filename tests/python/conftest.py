@@ -17,14 +17,17 @@ INCLUDE_DIR = REPO_ROOT / "include"
 HEADER = INCLUDE_DIR / "flash4" / "flash4.h"
 
 # A stand-in for libflash4.so: every exported function, the struct_size and head-ratio checks of the real
-# validation, and a backward that is not implemented, as in this release. STUB_VERSION sets flash4_version().
+# validation, and a backward that needs a workspace but is not implemented, as in this release; it records the
+# stream and workspace each launch was handed (stub_seen_*). STUB_VERSION sets flash4_version().
 STUB_SOURCE = r"""
+#include <stdint.h>
 #include <stdio.h>
 #include "flash4/flash4.h"
 
 #ifndef STUB_VERSION
 #define STUB_VERSION 100
 #endif
+#define STUB_BWD_WORKSPACE_BYTES 4096
 
 static _Thread_local char last_error[256];
 
@@ -57,10 +60,6 @@ flash4_status flash4_fwd_workspace_size(const flash4_fwd_params* p, size_t* byte
   *bytes = 0;
   return flash4_fwd_check(p);
 }
-flash4_status flash4_fwd(const flash4_fwd_params* p, flash4_stream_t stream) {
-  (void)stream;
-  return flash4_fwd_check(p);
-}
 
 flash4_status flash4_bwd_check(const flash4_bwd_params* p) {
   last_error[0] = 0;
@@ -68,13 +67,31 @@ flash4_status flash4_bwd_check(const flash4_bwd_params* p) {
     return fail(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size is not sizeof(flash4_bwd_params)");
   return FLASH4_SUCCESS;
 }
+/* The backward asks for a workspace, as the real one will. */
 flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* p, size_t* bytes) {
-  *bytes = 0;
+  *bytes = STUB_BWD_WORKSPACE_BYTES;
   return flash4_bwd_check(p);
 }
+
+/* What the last launch was handed, for the tests to read back (not part of the C ABI). */
+static _Thread_local uintptr_t seen_stream, seen_workspace;
+static _Thread_local size_t seen_workspace_bytes;
+uintptr_t stub_seen_stream(void) { return seen_stream; }
+uintptr_t stub_seen_workspace(void) { return seen_workspace; }
+size_t stub_seen_workspace_bytes(void) { return seen_workspace_bytes; }
+
+flash4_status flash4_fwd(const flash4_fwd_params* p, flash4_stream_t stream) {
+  seen_stream = (uintptr_t)stream;
+  seen_workspace = (uintptr_t)p->workspace;
+  seen_workspace_bytes = p->workspace_bytes;
+  return flash4_fwd_check(p);
+}
 flash4_status flash4_bwd(const flash4_bwd_params* p, flash4_stream_t stream) {
-  (void)p;
-  (void)stream;
+  seen_stream = (uintptr_t)stream;
+  seen_workspace = (uintptr_t)p->workspace;
+  seen_workspace_bytes = p->workspace_bytes;
+  if (p->workspace_bytes < STUB_BWD_WORKSPACE_BYTES || p->workspace == NULL)
+    return fail(FLASH4_ERROR_INVALID_ARGUMENT, "workspace is smaller than flash4_bwd_workspace_size()");
   return fail(FLASH4_ERROR_NOT_IMPLEMENTED, "flash4_bwd: the backward kernel is not in this release");
 }
 """

@@ -147,6 +147,8 @@ def test_not_implemented_status_raises_its_own_error(stub_library):
     lib = open_library(stub_library)
     q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
     params = ops.bwd_params(q, q, q, q, q, torch.zeros(1, 2, 16), q, q, q, OPTIONS)
+    workspace = torch.empty(4096, dtype=torch.uint8)  # the stub's backward asks for 4096 bytes
+    params.workspace, params.workspace_bytes = workspace.data_ptr(), workspace.numel()
     expected = "flash4_bwd failed with FLASH4_ERROR_NOT_IMPLEMENTED.*backward"
     with pytest.raises(_abi.Flash4NotImplementedError, match=expected):
         _abi.check(lib, "flash4_bwd", lib.flash4_bwd(ctypes.byref(params), None))

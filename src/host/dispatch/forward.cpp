@@ -14,26 +14,12 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Q/O use (B, Sq, Hq, D); K/V (B, Sk, Hkv, D). In varlen mode the seq axis spans every sequence's rows
-// and the batch axis is a single slice.
+// Q/O use (B, Sq, Hq, D); K/V (B, Sk, Hkv, D).
 TmaView make_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int rows, int heads,
                   int box_rows, const FwdTileConfig& tile) {
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  TmaView view;
-  view.base = base;
-  view.element_type = p.dtype == FLASH4_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  view.element_bytes = kElementBytes;
-  const uint64_t batch = varlen ? 1 : uint64_t(p.batch);
-  view.extent = {uint64_t(p.head_dim), uint64_t(rows), uint64_t(heads), batch};
-  const uint64_t seq_bytes = uint64_t(strides.seq) * kElementBytes;
-  const uint64_t head_bytes = uint64_t(strides.head) * kElementBytes;
-  // The batch stride of a single-slice axis is never used; any valid (16-byte multiple) value will do.
-  const uint64_t batch_bytes = varlen ? seq_bytes : uint64_t(strides.batch) * kElementBytes;
-  view.stride_bytes = {seq_bytes, head_bytes, batch_bytes};
-  view.box_cols = uint32_t(tile.box_cols());
-  view.box_rows = uint32_t(box_rows);
-  view.swizzle_bytes = tile.swizzle_bytes;
-  return view;
+  const OperandShape shape{p.dtype == FLASH4_DTYPE_BF16, base, strides.batch, strides.seq, strides.head, p.head_dim,
+                           rows, heads, p.batch, p.cu_seqlens_q != nullptr};
+  return make_operand_view(shape, box_rows, tile.box_cols(), tile.swizzle_bytes);
 }
 
 }  // namespace
@@ -110,13 +96,6 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
     result.message = "forward launch (" + key.to_string() + "): " + cudaGetErrorString(status);
   }
   return result;
-}
-
-std::size_t backward_workspace_bytes(const flash4_bwd_params&) { return 0; }
-
-LaunchResult launch_backward(const flash4_bwd_params&, flash4_stream_t) {
-  return LaunchResult{FLASH4_ERROR_NOT_IMPLEMENTED,
-                      "flash4_bwd: this release has no backward kernel yet (the forward is implemented)"};
 }
 
 }  // namespace flash4::host

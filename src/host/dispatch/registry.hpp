@@ -1,4 +1,4 @@
-// The forward kernel registry: (dtype, head dim) -> launch function, for the kernels this build
+// The kernel registries: (dtype, head dim) -> launch function, for the kernels this build
 // compiled (CMake's FLASH4_DTYPES x FLASH4_HEAD_DIMS).
 #pragma once
 
@@ -7,11 +7,13 @@
 #include <string>
 
 #include "flash4/flash4.h"
+#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/fwd_params.hpp"
 
 namespace flash4::host {
 
 using FwdLaunchFn = cudaError_t (*)(const FwdKernelParams&, int num_ctas, cudaStream_t);
+using BwdLaunchFn = cudaError_t (*)(const BwdKernelParams&, int num_ctas, cudaStream_t);
 
 struct KernelKey {
   flash4_dtype dtype;
@@ -24,5 +26,8 @@ struct KernelKey {
 FwdLaunchFn find_fwd_kernel(const KernelKey& key);
 // "bf16/d64 bf16/d128 ..." for messages.
 std::string built_fwd_kernels();
+
+BwdLaunchFn find_bwd_kernel(const KernelKey& key);
+std::string built_bwd_kernels();
 
 }  // namespace flash4::host

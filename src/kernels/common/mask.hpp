@@ -60,4 +60,51 @@ FLASH4_HD KeyBlockRange key_block_range(const MaskSpec& mask, int m0, int block_
   return range;
 }
 
+// The query blocks one key block [n0, n0 + block_n) must visit (the backward's loop), and the sub-range
+// whose blocks need no per-element mask: every (row < seqlen_q, key in the block) pair is visible, and
+// no key of the block lies past seqlen_k. Rows past seqlen_q are not the mask's business: the backward
+// zeroes them through their padded LSE.
+struct QueryBlockRange {
+  int begin;
+  int end;
+  int unmasked_begin;
+  int unmasked_end;
+
+  FLASH4_HD int count() const { return end > begin ? end - begin : 0; }
+  FLASH4_HD bool needs_mask(int block) const { return block < unmasked_begin || block >= unmasked_end; }
+};
+
+FLASH4_HD QueryBlockRange query_block_range(const MaskSpec& mask, int n0, int block_n, int block_m) {
+  const int first_key = n0;
+  const int last_key = min_int(n0 + block_n, mask.seqlen_k) - 1;
+  QueryBlockRange range{0, 0, 0, 0};
+  if (last_key < first_key || mask.seqlen_q <= 0) return range;
+  // Key j is visible to row i iff j <= i + diag + right and j >= i + diag - left, i.e.
+  // i >= j - diag - right and i <= j - diag + left.
+  int lo = 0;
+  int hi = mask.seqlen_q;  // exclusive
+  if (mask.window_right >= 0) lo = max_int(lo, first_key - mask.diagonal() - mask.window_right);
+  if (mask.window_left >= 0) hi = min_int(hi, last_key - mask.diagonal() + mask.window_left + 1);
+  if (hi <= lo) return range;
+  range.begin = lo / block_m;
+  range.end = ceil_div_signed(hi, block_m);
+  if (n0 + block_n > mask.seqlen_k) {  // keys past the end need the mask on every row
+    range.unmasked_begin = range.unmasked_end = range.begin;
+    return range;
+  }
+  // Rows that see every key of the block: i >= last_key - diag - right and i <= first_key - diag + left.
+  int full_lo = 0;
+  if (mask.window_right >= 0) full_lo = max_int(0, last_key - mask.diagonal() - mask.window_right);
+  int full_hi = mask.seqlen_q;  // exclusive; a block reaching past seqlen_q is fine (padded rows)
+  if (mask.window_left >= 0) full_hi = min_int(full_hi, first_key - mask.diagonal() + mask.window_left + 1);
+  range.unmasked_begin = max_int(range.begin, ceil_div_signed(full_lo, block_m));
+  // A block is unmasked when all its rows below seqlen_q are full rows: its first row >= full_lo and its
+  // last real row < full_hi.
+  int unmasked_end = floor_div(full_hi, block_m);
+  if (full_hi == mask.seqlen_q) unmasked_end = range.end;
+  range.unmasked_end = min_int(range.end, unmasked_end);
+  if (range.unmasked_end < range.unmasked_begin) range.unmasked_end = range.unmasked_begin;
+  return range;
+}
+
 }  // namespace flash4

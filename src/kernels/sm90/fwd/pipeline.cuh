@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/common/fwd_tile_config.hpp"
+#include "kernels/sm90/ring_position.cuh"
 
 namespace flash4::sm90 {
 
@@ -28,20 +29,6 @@ struct FwdBarriers {
   uint64_t k_empty[kStages];
   uint64_t v_full[kStages];
   uint64_t v_empty[kStages];
-};
-
-// Position in the K/V ring: the stage index and the parity of the barrier phase that stage is in.
-template <int kStages>
-struct RingPosition {
-  int stage = 0;
-  uint32_t phase = 0;
-
-  __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
 };
 
 // Every consumer warp arrives once on an `empty` barrier (lane 0 after the warp's wgmma wait).

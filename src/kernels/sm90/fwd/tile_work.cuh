@@ -5,6 +5,7 @@
 
 #include "kernels/common/fwd_params.hpp"
 #include "kernels/common/mask.hpp"
+#include "kernels/common/sequence_rows.hpp"
 #include "kernels/common/tile_order.hpp"
 
 namespace flash4::sm90 {
@@ -30,19 +31,12 @@ __device__ __forceinline__ TileWork resolve_tile(const FwdKernelParams& p, int l
   work.head = tile.head;
   work.head_kv = tile.head / (p.heads_q / p.heads_kv);
   work.m0 = tile.m_block * block_m;
-  if (p.cu_seqlens_q != nullptr) {
-    work.q_row_base = p.cu_seqlens_q[tile.batch];
-    work.k_row_base = p.cu_seqlens_k[tile.batch];
-    work.seqlen_q = p.cu_seqlens_q[tile.batch + 1] - work.q_row_base;
-    work.seqlen_k = p.cu_seqlens_k[tile.batch + 1] - work.k_row_base;
-    work.tma_batch = 0;
-  } else {
-    work.q_row_base = 0;
-    work.k_row_base = 0;
-    work.seqlen_q = p.seqlen_q;
-    work.seqlen_k = p.seqlen_k;
-    work.tma_batch = tile.batch;
-  }
+  const SequenceRows rows = sequence_rows(tile.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  work.q_row_base = rows.q_row_base;
+  work.k_row_base = rows.k_row_base;
+  work.seqlen_q = rows.seqlen_q;
+  work.seqlen_k = rows.seqlen_k;
+  work.tma_batch = rows.tma_batch;
   work.has_rows = work.m0 < work.seqlen_q;
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
   work.keys = work.has_rows ? key_block_range(mask, work.m0, block_m, block_n) : KeyBlockRange{0, 0, 0, 0};

@@ -1,0 +1,132 @@
+// Implements the backward half of host/forward.hpp: plan, check the workspace, zero its accumulators,
+// encode the TMA maps, launch preprocess / main / postprocess on the caller's stream.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "host/bwd_planner.hpp"
+#include "host/device_info.hpp"
+#include "host/dispatch/registry.hpp"
+#include "host/forward.hpp"
+#include "host/tma_descriptor.hpp"
+
+namespace flash4::host {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
+
+std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
+
+}  // namespace
+
+std::size_t backward_workspace_bytes(const flash4_bwd_params& params) {
+  if (!bwd_supports_head_dim(params.head_dim)) return 0;  // the launch reports NO_KERNEL
+  return plan_backward(params).workspace.total;
+}
+
+LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream) {
+  LaunchResult result;
+  const KernelKey key{p.dtype, p.head_dim};
+  const BwdLaunchFn launch = bwd_supports_head_dim(p.head_dim) ? find_bwd_kernel(key) : nullptr;
+  if (launch == nullptr) {
+    result.status = FLASH4_ERROR_NO_KERNEL;
+    result.message = "no backward kernel for " + key.to_string() + " (built: " + built_bwd_kernels() +
+                     "); this release has backward kernels for head_dim 64 and 128 only";
+    return result;
+  }
+  DeviceInfo device;
+  result.status = current_device_info(device, result.message);
+  if (result.status != FLASH4_SUCCESS) return result;
+
+  const BwdPlan plan = plan_backward(p);
+  if (p.workspace == nullptr || p.workspace_bytes < plan.workspace.total) {
+    result.status = FLASH4_ERROR_INVALID_ARGUMENT;
+    result.message = "workspace: the backward needs " + size_text(plan.workspace.total) + " of device memory (got " +
+                     (p.workspace == nullptr ? std::string("NULL") : size_text(p.workspace_bytes)) +
+                     "); size it with flash4_bwd_workspace_size";
+    return result;
+  }
+  char* workspace = static_cast<char*>(p.workspace);
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int rows_q = varlen ? p.total_q : p.seqlen_q;
+  const int rows_k = varlen ? p.total_k : p.seqlen_k;
+
+  BwdKernelParams kp{};
+  const bool is_bf16 = p.dtype == FLASH4_DTYPE_BF16;
+  const struct {
+    CUtensorMap* map;
+    const void* base;
+    const flash4_strides* strides;
+    int rows;
+    int heads;
+    int box_rows;
+    const char* name;
+  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m, "q"},
+              {&kp.tma_do, p.dout, &p.dout_strides, rows_q, p.heads_q, plan.tile.block_m, "dout"},
+              {&kp.tma_k, p.k, &p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, "k"},
+              {&kp.tma_v, p.v, &p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
+  for (const auto& m : maps) {
+    const OperandShape shape{is_bf16, m.base, m.strides->batch, m.strides->seq, m.strides->head, p.head_dim, m.rows,
+                             m.heads, p.batch, varlen};
+    std::string error;
+    if (!encode_tma_view(make_operand_view(shape, m.box_rows, plan.tile.box_cols(), plan.tile.swizzle_bytes), m.map,
+                         error)) {
+      result.status = FLASH4_ERROR_CUDA;
+      result.message = std::string("TMA descriptor for ") + m.name + ": " + error;
+      return result;
+    }
+  }
+  kp.o = p.o;
+  kp.dout = p.dout;
+  kp.lse = p.lse;
+  kp.o_strides = strides_of(p.o_strides);
+  kp.dout_strides = strides_of(p.dout_strides);
+  kp.dq = p.dq;
+  kp.dk = p.dk;
+  kp.dv = p.dv;
+  kp.dq_strides = strides_of(p.dq_strides);
+  kp.dk_strides = strides_of(p.dk_strides);
+  kp.dv_strides = strides_of(p.dv_strides);
+  kp.dq_accum = reinterpret_cast<float*>(workspace + plan.workspace.dq_accum);
+  kp.lse_log2 = reinterpret_cast<float*>(workspace + plan.workspace.lse_log2);
+  kp.dsum = reinterpret_cast<float*>(workspace + plan.workspace.dsum);
+  kp.dq_semaphores = reinterpret_cast<int*>(workspace + plan.workspace.semaphores);
+  kp.rows_per_head = plan.rows_per_head;
+  kp.batch = p.batch;
+  kp.seqlen_q = p.seqlen_q;
+  kp.seqlen_k = p.seqlen_k;
+  kp.heads_q = p.heads_q;
+  kp.heads_kv = p.heads_kv;
+  kp.head_dim = p.head_dim;
+  kp.total_q = p.total_q;
+  kp.max_seqlen_q = varlen ? p.max_seqlen_q : p.seqlen_q;
+  kp.max_seqlen_k = varlen ? p.max_seqlen_k : p.seqlen_k;
+  kp.m_blocks_max = plan.m_blocks_max;
+  kp.n_blocks_max = plan.n_blocks_max;
+  kp.cu_seqlens_q = p.cu_seqlens_q;
+  kp.cu_seqlens_k = p.cu_seqlens_k;
+  kp.has_softcap = p.softcap > 0.0f;
+  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
+  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  kp.softmax_scale = p.softmax_scale;
+  kp.window_left = plan.window_left;
+  kp.window_right = plan.window_right;
+  kp.deterministic = p.deterministic;
+
+  const cudaStream_t cuda_stream = reinterpret_cast<cudaStream_t>(stream);
+  cudaError_t status = cudaMemsetAsync(workspace + plan.workspace.dq_accum, 0, plan.workspace.dq_accum_bytes, cuda_stream);
+  if (status == cudaSuccess && p.deterministic) {
+    status = cudaMemsetAsync(workspace + plan.workspace.semaphores, 0, plan.workspace.semaphore_bytes, cuda_stream);
+  }
+  if (status == cudaSuccess) status = launch(kp, plan.num_ctas, cuda_stream);
+  if (status != cudaSuccess) {
+    result.status = FLASH4_ERROR_CUDA;
+    result.message = "backward launch (" + key.to_string() + "): " + cudaGetErrorString(status);
+  }
+  return result;
+}
+
+}  // namespace flash4::host

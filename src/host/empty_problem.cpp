@@ -1,0 +1,71 @@
+// Implements host/empty_problem.hpp.
+#include "host/empty_problem.hpp"
+
+#include <cstdint>
+#include <limits>
+
+namespace flash4::host {
+namespace {
+
+constexpr std::int64_t kElementBytes = 2;  // bf16 and fp16 alike
+
+// The rows of the query-shaped and key-shaped tensors, and the batch axis they are laid out with.
+struct Rows {
+  std::int64_t batch;  // 1 for varlen: packed (total, heads, dim) tensors
+  std::int64_t q;      // per batch entry
+  std::int64_t k;
+
+  bool empty() const { return q == 0 || k == 0; }
+};
+
+template <class Params>
+Rows rows_of(const Params& p) {
+  if (p.cu_seqlens_q != nullptr) return Rows{1, p.total_q, p.total_k};
+  return Rows{p.batch, p.seqlen_q, p.seqlen_k};
+}
+
+template <class Params>
+ZeroFill zero_fill(const char* name, void* data, const flash4_strides& strides, std::int64_t batch,
+                   std::int64_t rows, std::int64_t heads, const Params& p) {
+  return ZeroFill{name,
+                  data,
+                  kElementBytes,
+                  {batch, rows, heads, p.head_dim},
+                  {batch > 1 ? strides.batch : 0, strides.seq, strides.head}};
+}
+
+// Appends the fill unless it writes nothing (a zero extent).
+void add(FillPlan& plan, const ZeroFill& fill) {
+  if (fill.elements() > 0) plan.zeros.push_back(fill);
+}
+
+}  // namespace
+
+bool is_empty_problem(const flash4_fwd_params& params) { return rows_of(params).empty(); }
+bool is_empty_problem(const flash4_bwd_params& params) { return rows_of(params).empty(); }
+
+FillPlan empty_problem_fills(const flash4_fwd_params& p) {
+  FillPlan plan;
+  const Rows rows = rows_of(p);
+  if (!rows.empty() || rows.q == 0) return plan;
+  add(plan, zero_fill("o", p.o, p.o_strides, rows.batch, rows.q, p.heads_q, p));
+  const std::int64_t lse_count = rows.batch * rows.q * p.heads_q;
+  if (p.lse != nullptr && lse_count > 0) {
+    plan.floats.push_back(FloatFill{"lse", p.lse, lse_count, -std::numeric_limits<float>::infinity()});
+  }
+  return plan;
+}
+
+FillPlan empty_problem_fills(const flash4_bwd_params& p) {
+  FillPlan plan;
+  const Rows rows = rows_of(p);
+  if (!rows.empty()) return plan;
+  if (rows.k == 0) add(plan, zero_fill("dq", p.dq, p.dq_strides, rows.batch, rows.q, p.heads_q, p));
+  if (rows.q == 0) {
+    add(plan, zero_fill("dk", p.dk, p.dk_strides, rows.batch, rows.k, p.heads_kv, p));
+    add(plan, zero_fill("dv", p.dv, p.dv_strides, rows.batch, rows.k, p.heads_kv, p));
+  }
+  return plan;
+}
+
+}  // namespace flash4::host

@@ -1,0 +1,76 @@
+// Everything the three backward kernels (preprocess, main, postprocess) read at run time, built by the
+// host and passed by value as a __grid_constant__ parameter (the TMA descriptors must live there).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/common/bwd_tile_config.hpp"
+
+namespace flash4 {
+
+// Element strides of one (batch, seq, head, dim) tensor; batch is ignored in varlen mode.
+struct TensorStrides {
+  int64_t batch;
+  int64_t seq;
+  int64_t head;
+};
+
+struct BwdKernelParams {
+  // 4-D maps over (head_dim, seq, head, batch) as in the forward; Q and dO boxes are block_m rows, K and V
+  // boxes block_n rows.
+  CUtensorMap tma_q;
+  CUtensorMap tma_do;
+  CUtensorMap tma_k;
+  CUtensorMap tma_v;
+
+  // Inputs the pre/postprocess read element by element.
+  const void* o;
+  const void* dout;
+  const float* lse;  // natural log, (batch, heads_q, seqlen_q) or (heads_q, total_q)
+  TensorStrides o_strides;
+  TensorStrides dout_strides;
+
+  void* dq;
+  void* dk;
+  void* dv;
+  TensorStrides dq_strides;
+  TensorStrides dk_strides;
+  TensorStrides dv_strides;
+
+  // Workspace (see BwdWorkspaceRows): per query head, rows_per_head rows.
+  float* dq_accum;     // [heads_q][rows_per_head][head_dim], zeroed by the host before the main kernel
+  float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
+  float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows
+  int* dq_semaphores;  // deterministic mode: [heads_q][batch][m_blocks_max], zeroed by the host
+  long long rows_per_head;
+
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int heads_q;
+  int heads_kv;
+  int head_dim;
+  int total_q;
+  int max_seqlen_q;  // fixed length: seqlen_q
+  int max_seqlen_k;
+  int m_blocks_max;  // ceil(max_seqlen_q / block_m): semaphores per (head, sequence)
+  int n_blocks_max;  // ceil(max_seqlen_k / block_n)
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+
+  float scale_log2;        // softmax scale * log2(e), or softcap * log2(e) with softcap
+  float softcap_prescale;  // scale / softcap when softcap is on
+  int has_softcap;
+  float softmax_scale;     // applied to dK (epilogue) and dQ (postprocess)
+  int window_left;
+  int window_right;
+  int deterministic;
+
+  FLASH4_HD BwdWorkspaceRows workspace_rows() const {
+    return BwdWorkspaceRows{bwd_tile_config(head_dim).block_m, seqlen_q, cu_seqlens_q != nullptr};
+  }
+};
+
+}  // namespace flash4

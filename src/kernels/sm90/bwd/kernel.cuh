@@ -1,0 +1,71 @@
+// The main backward kernel: warpgroup 0 produces (one thread issues the loads, the warpgroup gives its
+// registers to the consumers), warpgroups 1 and 2 consume. One CTA per (key block, sequence, kv head),
+// launched in the order of tile_work.cuh.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/bwd_params.hpp"
+#include "kernels/sm90/bwd/consumer.cuh"
+#include "kernels/sm90/bwd/pipeline.cuh"
+#include "kernels/sm90/bwd/producer.cuh"
+#include "kernels/sm90/bwd/tile_work.cuh"
+#include "kernels/sm90/ptx/mbarrier.cuh"
+#include "kernels/sm90/ptx/sync.cuh"
+#include "kernels/sm90/ptx/tma.cuh"
+
+namespace flash4::sm90 {
+
+// Register split after setmaxnreg, as in the forward: 128 x 24 + 256 x 240 = 384 x 168, the CTA's pool.
+inline constexpr int kBwdProducerRegisters = 24;
+inline constexpr int kBwdConsumerRegisters = 240;
+
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
+    bwd_kernel(const __grid_constant__ BwdKernelParams params) {
+  constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  static_assert(kCfg.consumer_warpgroups == 2, "dQ's column split is written for two consumer warpgroups");
+  constexpr int kRegistersAtLaunch = (65536 / kCfg.threads()) / 8 * 8;
+  static_assert(kBwdProducerRegisters * kWarpgroupThreads + kBwdConsumerRegisters * 2 * kWarpgroupThreads <=
+                    kRegistersAtLaunch * kCfg.threads(),
+                "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
+
+  const BwdTileWork work = resolve_bwd_tile(params, blockIdx.x);
+  if (!work.has_keys()) return;  // a varlen sequence shorter than this key block: nothing to write
+
+  extern __shared__ char smem_raw[];
+  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
+                                       ~uintptr_t(kSmemAlignment - 1));
+  auto* bars = reinterpret_cast<BwdBarriers<kCfg.stages>*>(smem + kCfg.barrier_offset());
+  // The roles read the tile's fields from shared memory: kept in registers they would stay live across
+  // the consumers' main loop, where registers are scarcest (and memory clobbers in the loop stop the
+  // compiler from caching them there).
+  auto* shared_work = reinterpret_cast<BwdTileWork*>(smem + kCfg.barrier_offset() + sizeof(BwdBarriers<kCfg.stages>));
+  static_assert(sizeof(BwdBarriers<kCfg.stages>) + sizeof(BwdTileWork) <= kSmemBarrierBytes, "barrier area too small");
+  if (threadIdx.x == 0) {
+    *shared_work = work;
+    tma_prefetch_descriptor(&params.tma_q);
+    tma_prefetch_descriptor(&params.tma_do);
+    tma_prefetch_descriptor(&params.tma_k);
+    tma_prefetch_descriptor(&params.tma_v);
+    mbarrier_init(&bars->kv_full, 1);
+    for (int stage = 0; stage < kCfg.stages; ++stage) {
+      mbarrier_init(&bars->stage_full[stage], 1);
+      mbarrier_init(&bars->stage_empty[stage], kCfg.consumer_warpgroups * 4);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  if (warpgroup == 0) {
+    warpgroup_release_registers<kBwdProducerRegisters>();
+    if (threadIdx.x == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
+  } else {
+    warpgroup_claim_registers<kBwdConsumerRegisters>();
+    BwdConsumer<Element, kHeadDim> consumer{warpgroup - 1, smem, bars};
+    consumer.run(params, *shared_work);
+  }
+}
+
+}  // namespace flash4::sm90

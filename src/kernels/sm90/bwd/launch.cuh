@@ -1,0 +1,31 @@
+// Host-side launch of one backward instantiation: preprocess, main kernel, postprocess, in that order on
+// the caller's stream. The host has zeroed the dQ accumulator (and the semaphores) before.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/common/bwd_params.hpp"
+#include "kernels/sm90/bwd/kernel.cuh"
+#include "kernels/sm90/bwd/prepost.cuh"
+
+namespace flash4::sm90 {
+
+template <class Element, int kHeadDim>
+cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t stream) {
+  constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  const dim3 row_block(kRowKernelWarps * 32);
+  const dim3 pre_grid((params.max_seqlen_q + kCfg.block_m + kRowKernelWarps - 1) / kRowKernelWarps, params.heads_q,
+                      params.batch);
+  bwd_preprocess_kernel<Element, kHeadDim><<<pre_grid, row_block, 0, stream>>>(params);
+
+  auto* kernel = &bwd_kernel<Element, kHeadDim>;
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes());
+  if (status != cudaSuccess) return status;
+  kernel<<<num_ctas, kCfg.threads(), kCfg.smem_bytes(), stream>>>(params);
+
+  const dim3 post_grid((params.max_seqlen_q + kRowKernelWarps - 1) / kRowKernelWarps, params.heads_q, params.batch);
+  bwd_postprocess_kernel<Element, kHeadDim><<<post_grid, row_block, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash4::sm90

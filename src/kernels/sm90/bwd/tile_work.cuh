@@ -1,0 +1,61 @@
+// Resolves a backward CTA index into its work: one key block of one (sequence, kv head), the query
+// heads of that kv head's group, and the query blocks that see any of the keys. Producer and consumers
+// resolve the same index and so agree without talking.
+//
+// Order: the key block is the slow coordinate (linear = n_block * batch * heads_kv + sequence/head), so
+// every (sequence, head)'s key block 0 starts first. Under bottom-right causal masking key block 0 sees
+// the most query rows, so this is longest-first; and in deterministic mode every CTA's predecessors in
+// the dQ reduce-add order (the lower key blocks of the same head) were launched before it.
+#pragma once
+
+#include "kernels/common/bwd_params.hpp"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/sequence_rows.hpp"
+
+namespace flash4::sm90 {
+
+struct BwdTileWork {
+  int batch;
+  int head_kv;
+  int first_head_q;  // the group's query heads are [first_head_q, first_head_q + group_size)
+  int group_size;
+  int n_block;
+  int n0;            // first key of the block within its sequence
+  int q_row_base;    // TMA seq coordinate of the sequence's row 0 (nonzero in varlen mode)
+  int k_row_base;
+  int tma_batch;     // 0 in varlen mode
+  int seqlen_q;
+  int seqlen_k;
+  long long workspace_row0;  // the sequence's first row in the per-head workspace arrays
+  QueryBlockRange queries;
+
+  __device__ __forceinline__ bool has_keys() const { return n0 < seqlen_k; }
+  // Query-block steps of the whole CTA: every query block of every head of the group.
+  __device__ __forceinline__ int num_steps() const { return queries.count() * group_size; }
+};
+
+__device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p, int linear) {
+  constexpr int kBlockM = 64;
+  constexpr int kBlockN = 128;
+  const int sequences_heads = p.batch * p.heads_kv;
+  BwdTileWork work;
+  work.n_block = linear / sequences_heads;
+  const int bh = linear - work.n_block * sequences_heads;
+  work.batch = bh / p.heads_kv;
+  work.head_kv = bh - work.batch * p.heads_kv;
+  work.group_size = p.heads_q / p.heads_kv;
+  work.first_head_q = work.head_kv * work.group_size;
+  work.n0 = work.n_block * kBlockN;
+  const SequenceRows rows = sequence_rows(work.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  work.q_row_base = rows.q_row_base;
+  work.k_row_base = rows.k_row_base;
+  work.seqlen_q = rows.seqlen_q;
+  work.seqlen_k = rows.seqlen_k;
+  work.tma_batch = rows.tma_batch;
+  work.workspace_row0 = p.workspace_rows().first_row(work.batch, p.cu_seqlens_q);
+  const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+  work.queries = work.has_keys() ? query_block_range(mask, work.n0, kBlockN, kBlockM) : QueryBlockRange{0, 0, 0, 0};
+  return work;
+}
+
+}  // namespace flash4::sm90

@@ -1,0 +1,86 @@
+// The backward planner: grid size, folded causal window and the workspace layout (every array aligned,
+// none overlapping, padded rows enough for a whole query block past each sequence's end).
+#include <gtest/gtest.h>
+
+#include "host/bwd_planner.hpp"
+
+namespace flash4::host {
+namespace {
+
+flash4_bwd_params fixed_length(int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim) {
+  flash4_bwd_params p{};
+  p.struct_size = sizeof(p);
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  p.window_left = -1;
+  p.window_right = -1;
+  return p;
+}
+
+void expect_layout_sound(const BwdPlan& plan, const flash4_bwd_params& p) {
+  const BwdWorkspaceLayout& ws = plan.workspace;
+  for (std::size_t offset : {ws.dq_accum, ws.lse_log2, ws.dsum, ws.semaphores, ws.total}) EXPECT_EQ(offset % 256, 0u);
+  const std::size_t rows = std::size_t(p.heads_q) * plan.rows_per_head;
+  EXPECT_EQ(ws.dq_accum_bytes, rows * p.head_dim * sizeof(float));
+  EXPECT_GE(ws.lse_log2, ws.dq_accum + ws.dq_accum_bytes);
+  EXPECT_GE(ws.dsum, ws.lse_log2 + rows * sizeof(float));
+  EXPECT_GE(ws.semaphores, ws.dsum + rows * sizeof(float));
+  EXPECT_GE(ws.total, ws.semaphores + ws.semaphore_bytes);
+  EXPECT_EQ(ws.semaphore_bytes, std::size_t(p.heads_q) * p.batch * plan.m_blocks_max * sizeof(int));
+}
+
+TEST(BwdPlanner, FixedLengthPadsEachSequenceToWholeQueryBlocks) {
+  const flash4_bwd_params p = fixed_length(3, 239, 1000, 8, 2, 128);
+  const BwdPlan plan = plan_backward(p);
+  EXPECT_EQ(plan.m_blocks_max, 4);                  // ceil(239 / 64)
+  EXPECT_EQ(plan.n_blocks_max, 8);                  // ceil(1000 / 128)
+  EXPECT_EQ(plan.num_ctas, 8 * 3 * 2);              // key blocks x sequences x kv heads
+  EXPECT_EQ(plan.rows_per_head, 3LL * 256);         // 239 rounded up to 256, per sequence
+  expect_layout_sound(plan, p);
+}
+
+TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
+  flash4_bwd_params p = fixed_length(4, 0, 0, 4, 4, 64);
+  const int cu[] = {0, 17, 17, 300, 301};  // host copy only: the planner never reads cu_seqlens
+  p.cu_seqlens_q = cu;
+  p.cu_seqlens_k = cu;
+  p.max_seqlen_q = 283;
+  p.max_seqlen_k = 283;
+  p.total_q = 301;
+  p.total_k = 301;
+  const BwdPlan plan = plan_backward(p);
+  EXPECT_EQ(plan.m_blocks_max, 5);
+  EXPECT_EQ(plan.n_blocks_max, 3);
+  EXPECT_EQ(plan.rows_per_head, 304LL + 4 * 68);
+  // Each sequence starts 16-byte aligned, and its last query block ends before the next sequence.
+  const BwdWorkspaceRows rows{64, 0, true};
+  EXPECT_EQ(plan.rows_per_head % 4, 0);
+  for (int b = 0; b < 4; ++b) {
+    const int length = cu[b + 1] - cu[b];
+    const long long last_block_end = rows.first_row(b, cu) + (length + 63) / 64 * 64;
+    const long long next_start = b + 1 < 4 ? rows.first_row(b + 1, cu) : plan.rows_per_head;
+    EXPECT_LE(last_block_end, next_start) << "sequence " << b;
+    EXPECT_EQ(rows.first_row(b, cu) % 4, 0) << "sequence " << b;
+  }
+  expect_layout_sound(plan, p);
+}
+
+TEST(BwdPlanner, CausalFoldsIntoTheRightWindowEdge) {
+  flash4_bwd_params p = fixed_length(1, 128, 128, 1, 1, 64);
+  p.causal = 1;
+  p.window_left = 32;
+  const BwdPlan plan = plan_backward(p);
+  EXPECT_EQ(plan.window_left, 32);
+  EXPECT_EQ(plan.window_right, 0);
+}
+
+TEST(BwdPlanner, OnlyHeadDims64And128HaveKernels) {
+  for (int d : {64, 96, 128, 192, 256}) EXPECT_EQ(bwd_supports_head_dim(d), d == 64 || d == 128) << d;
+}
+
+}  // namespace
+}  // namespace flash4::host

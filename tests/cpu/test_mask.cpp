@@ -1,0 +1,88 @@
+// The block ranges of mask.hpp against brute force over every (row, key) pair: the forward's key-block
+// range per query block and the backward's query-block range per key block, with their unmasked parts.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "kernels/common/mask.hpp"
+
+namespace flash4 {
+namespace {
+
+struct MaskCase {
+  int seqlen_q, seqlen_k, left, right;
+};
+
+const MaskCase kCases[] = {{1, 1, -1, -1},     {17, 17, -1, 0},   {113, 239, -1, 0}, {239, 113, -1, 0},
+                           {300, 300, 40, 0},  {300, 257, 10, 7}, {64, 1000, -1, -1}, {1000, 64, -1, 0},
+                           {130, 130, 0, 0},   {200, 190, -1, 3}, {77, 500, 100, -1}, {500, 77, 5, 5}};
+
+bool visible(const MaskSpec& m, int row, int key) { return row < m.seqlen_q && key_visible(m, row, key); }
+
+TEST(MaskRanges, KeyBlocksOfEachQueryBlockMatchBruteForce) {
+  for (const MaskCase& c : kCases) {
+    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
+    for (int block_m : {64, 128}) {
+      for (int block_n : {80, 128}) {
+        for (int m0 = 0; m0 < c.seqlen_q; m0 += block_m) {
+          const KeyBlockRange range = key_block_range(mask, m0, block_m, block_n);
+          for (int n = 0; n * block_n < c.seqlen_k; ++n) {
+            bool any = false, all = true;
+            for (int row = m0; row < std::min(m0 + block_m, c.seqlen_q); ++row) {
+              for (int key = n * block_n; key < (n + 1) * block_n; ++key) {
+                const bool v = visible(mask, row, key);
+                any |= v;
+                all &= v;
+              }
+            }
+            SCOPED_TRACE(testing::Message() << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left
+                                            << ", " << c.right << ") m0 " << m0 << " key block " << n);
+            EXPECT_EQ(any, n >= range.begin && n < range.end);
+            if (n >= range.begin && n < range.end && !range.needs_mask(n)) {
+              EXPECT_TRUE(all);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MaskRanges, QueryBlocksOfEachKeyBlockMatchBruteForce) {
+  for (const MaskCase& c : kCases) {
+    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
+    for (int block_m : {64, 128}) {
+      for (int block_n : {128}) {
+        for (int n0 = 0; n0 < c.seqlen_k; n0 += block_n) {
+          const QueryBlockRange range = query_block_range(mask, n0, block_n, block_m);
+          int unmasked_blocks = 0;
+          for (int m = 0; m * block_m < c.seqlen_q; ++m) {
+            bool any = false, all = true;
+            for (int row = m * block_m; row < std::min((m + 1) * block_m, c.seqlen_q); ++row) {
+              for (int key = n0; key < n0 + block_n; ++key) {
+                const bool v = visible(mask, row, key);
+                any |= v;
+                all &= v;
+              }
+            }
+            SCOPED_TRACE(testing::Message() << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left
+                                            << ", " << c.right << ") n0 " << n0 << " query block " << m);
+            const bool in_range = m >= range.begin && m < range.end;
+            EXPECT_EQ(any, in_range);
+            if (in_range && !range.needs_mask(m)) {
+              EXPECT_TRUE(all);
+              ++unmasked_blocks;
+            }
+          }
+          // A full causal / unbounded problem must not mask everything: the fast path has to be taken.
+          if (c.left < 0 && c.right < 0 && n0 + block_n <= c.seqlen_k) {
+            EXPECT_EQ(unmasked_blocks, range.count());
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flash4
