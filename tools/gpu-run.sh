@@ -7,9 +7,12 @@
 #   bench.log   the benchmarks' stderr and notes
 #   bench.json  every benchmark row (tools/merge_bench.py)
 # plus whatever tools/gpu-python.sh writes, when it exists. Prints ctest's summary and a short TFLOPS table last.
-#   tools/gpu-run.sh [OUT_DIR] [--quick]   --quick: build and tests only
+#   tools/gpu-run.sh [OUT_DIR] [--quick|--bench]   --quick: build and tests only; --bench: build (a no-op
+#   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
+#   the device's 10-minute limit per command where the full job may not.
 # Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,128,256),
-# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_SANITIZE_CASE (the backward test case, by name).
+# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_SANITIZE_CASE (the backward test case, by name),
+# FLASH4_PYTHON=0 (skip tools/gpu-python.sh, to run it as a command of its own).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-full}
@@ -28,6 +31,7 @@ echo "== build"
   { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 "$root/tools/check-spills.sh" "$out/build.log" || status=1
 
+if [ "$mode" != "--bench" ]; then
 echo "== tests"
 (cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/tests.log" 2>&1 || status=1
 summary=$(grep -E "tests passed|tests failed out of" "$out/tests.log" | tail -1)
@@ -52,6 +56,8 @@ if [ -x "$sanitizer" ]; then
 else
   echo "compute-sanitizer not found" | tee -a "$out/tests.log"
 fi
+
+fi  # tests
 
 if [ "$mode" = "--quick" ]; then exit $status; fi
 
@@ -79,12 +85,12 @@ python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software" \
   >"$raw/table.txt" 2>>"$out/bench.log" || status=1
 
-if [ -f "$root/tools/gpu-python.sh" ]; then
+if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ]; then
   echo "== python"
   bash "$root/tools/gpu-python.sh" "$out" "$build" || status=1
 fi
 
 echo "== summary"
-echo "ctest: $summary"
+[ "$mode" = "--bench" ] || echo "ctest: $summary"
 cat "$raw/table.txt"
 exit $status

@@ -125,12 +125,51 @@ struct BwdConsumer {
     }
   }
 
-  // P^T and dS^T from S^T (in place in s) and dP^T (in place in dp).
+  // P^T = exp2(S^T scale_log2 - LSE), in place in s; masked entries 0. Padding rows have LSE = +inf and
+  // so P = 0 there too.
   template <bool kMasked>
-  __device__ __forceinline__ static void probabilities_and_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
-                                                              const float* lse_log2, const float* dsum,
-                                                              const BwdKernelParams& p, const MaskSpec& mask,
-                                                              int key0, int query0) {
+  __device__ __forceinline__ static void probabilities(float (&s)[kBlockM / 2], const float* lse_log2,
+                                                       const BwdKernelParams& p, const MaskSpec& mask, int key0,
+                                                       int query0) {
+#pragma unroll
+    for (int k = 0; k < kBlockM / 8; ++k) {
+      const int col = 8 * k + 2 * (lane() % 4);
+      const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + col);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int index = 4 * k + 2 * i + j;
+          float prob = ex2_approx(s[index] * p.scale_log2 - (j == 0 ? lse.x : lse.y));
+          if constexpr (kMasked) {
+            if (!key_visible(mask, query0 + col + j, key0 + 8 * i)) prob = 0.0f;
+          }
+          s[index] = prob;
+        }
+      }
+    }
+  }
+
+  // dS^T = P^T (dP^T - D), in place in dp (zero wherever P is).
+  __device__ __forceinline__ static void score_gradients(float (&dp)[kBlockM / 2], const float (&prob)[kBlockM / 2],
+                                                         const float* dsum) {
+#pragma unroll
+    for (int k = 0; k < kBlockM / 8; ++k) {
+      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * k + 2 * (lane() % 4));
+#pragma unroll
+      for (int r = 0; r < 4; ++r) dp[4 * k + r] = prob[4 * k + r] * (dp[4 * k + r] - (r % 2 == 0 ? d.x : d.y));
+    }
+  }
+
+  // Softcap: the A fragments of P^T and dS^T straight from S^T and dP^T, the score's tanh feeding both
+  // (dS picks up the derivative 1 - tanh^2). Packing each pair as soon as it is computed lets s and dp
+  // die as the pass goes, which the extra tanh temporaries need.
+  template <bool kMasked>
+  __device__ __forceinline__ static void softcapped_fragments(const float (&s)[kBlockM / 2], const float (&dp)[kBlockM / 2],
+                                                              uint32_t (&p_frag)[kBlockM / 16][4],
+                                                              uint32_t (&ds_frag)[kBlockM / 16][4], const float* lse_log2,
+                                                              const float* dsum, const BwdKernelParams& p,
+                                                              const MaskSpec& mask, int key0, int query0) {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
@@ -138,23 +177,21 @@ struct BwdConsumer {
       const float2 d = *reinterpret_cast<const float2*>(dsum + col);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
+        float prob[2];
+        float ds[2];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int index = 4 * k + 2 * i + j;
-          float score = s[index];
-          float softcap_grad = 1.0f;
-          if (p.has_softcap) {
-            const float t = tanh_approx(score * p.softcap_prescale);
-            score = t;
-            softcap_grad = 1.0f - t * t;
-          }
-          float prob = ex2_approx(score * p.scale_log2 - (j == 0 ? lse.x : lse.y));
+          const float t = tanh_approx(s[index] * p.softcap_prescale);
+          prob[j] = ex2_approx(t * p.scale_log2 - (j == 0 ? lse.x : lse.y));
           if constexpr (kMasked) {
-            if (!key_visible(mask, query0 + col + j, key0 + 8 * i)) prob = 0.0f;
+            if (!key_visible(mask, query0 + col + j, key0 + 8 * i)) prob[j] = 0.0f;
           }
-          s[index] = prob;
-          dp[index] = prob * (dp[index] - (j == 0 ? d.x : d.y)) * softcap_grad;
+          ds[j] = prob[j] * (dp[index] - (j == 0 ? d.x : d.y)) * (1.0f - t * t);
         }
+        // Accumulator pair (k, i) is fragment register r = 2 (k % 2) + i of k16 step k / 2 (see to_fragments).
+        p_frag[k / 2][2 * (k % 2) + i] = pack_pair<kIsBf16>(prob[0], prob[1]);
+        ds_frag[k / 2][2 * (k % 2) + i] = pack_pair<kIsBf16>(ds[0], ds[1]);
       }
     }
   }
@@ -231,6 +268,7 @@ struct BwdConsumer {
     }
   }
 
+  template <bool kSoftcap>
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     float dk[kHeadDim / 2];
     float dv[kHeadDim / 2];
@@ -256,51 +294,66 @@ struct BwdConsumer {
           mbarrier_wait(&bars->stage_full[ring.stage], ring.phase);
           wgmma_fence();
           issue_scores(s, k_tile, q_tile);
+          wgmma_commit();
           issue_scores(dp, v_tile, do_tile);
           wgmma_commit();
-          wgmma_wait<0>();
-          pin_registers(s);
-          pin_registers(dp);
 
           const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
           const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
           const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
           const int key0 = work.n0 + warpgroup * kKeys + fragment_row();
-          if (work.queries.needs_mask(m_block)) {
-            probabilities_and_ds<true>(s, dp, lse, dsum, p, mask, key0, m_block * kBlockM);
-          } else {
-            probabilities_and_ds<false>(s, dp, lse, dsum, p, mask, key0, m_block * kBlockM);
-          }
-
+          const int query0 = m_block * kBlockM;
+          const bool masked = work.queries.needs_mask(m_block);
           uint32_t p_frag[kBlockM / 16][4];
           uint32_t ds_frag[kBlockM / 16][4];
-          to_fragments(s, p_frag);
-          to_fragments(dp, ds_frag);
-          wgmma_fence();
-          issue_gradient(dv, p_frag, do_tile);
-          issue_gradient(dk, ds_frag, q_tile);
-          wgmma_commit();
+          if constexpr (kSoftcap) {
+            // tanh feeds both P and dS: wait for both products, one pass.
+            wgmma_wait<0>();
+            pin_registers(s);
+            pin_registers(dp);
+            if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, mask, key0, query0);
+            else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, mask, key0, query0);
+            wgmma_fence();
+            issue_gradient(dv, p_frag, do_tile);
+            issue_gradient(dk, ds_frag, q_tile);
+            wgmma_commit();
+          } else {
+            // The exponentials run while dP^T is still in flight, dS^T while dV is.
+            wgmma_wait<1>();
+            pin_registers(s);
+            if (masked) probabilities<true>(s, lse, p, mask, key0, query0);
+            else probabilities<false>(s, lse, p, mask, key0, query0);
+            to_fragments(s, p_frag);
+            wgmma_fence();
+            issue_gradient(dv, p_frag, do_tile);
+            wgmma_commit();
+            wgmma_wait<1>();
+            pin_registers(dp);
+            score_gradients(dp, s, dsum);
+            to_fragments(dp, ds_frag);
+            wgmma_fence();
+            issue_gradient(dk, ds_frag, q_tile);
+            wgmma_commit();
+          }
 
           char* ds_tile = smem + cfg().ds_offset(ring.stage);
           store_ds(ds_tile, ds_frag);
           fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
           if (is_dq_flusher()) bulk_wait_group_read_all();  // the previous dQ flush has read the staging rows
-          // dV and dK done before dQ starts: their register operands (P^T, dS^T fragments) then die here
-          // instead of staying live next to the dQ accumulator.
-          wgmma_wait<0>();
-          pin_registers(dk);
-          pin_registers(dv);
-          pin_registers(p_frag);
-          pin_registers(ds_frag);
-          release(&bars->stage_empty[ring.stage]);
           named_barrier_sync(int(BwdBarrierId::kDsReady), kConsumerThreads);
 
+          // dQ is issued behind dV and dK, which may still run: the tensor cores stay busy across the barrier.
           float dq[kDqCols / 2];
           wgmma_fence();
           issue_dq(dq, ds_tile);
           wgmma_commit();
           wgmma_wait<0>();
+          pin_registers(dk);
+          pin_registers(dv);
+          pin_registers(p_frag);
+          pin_registers(ds_frag);
           pin_registers(dq);
+          release(&bars->stage_empty[ring.stage]);
 
           stage_dq(dq);
           fence_async_shared();  // the bulk reduce-add reads the staging rows through the async proxy

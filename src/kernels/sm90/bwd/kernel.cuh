@@ -20,7 +20,10 @@ namespace flash4::sm90 {
 inline constexpr int kBwdProducerRegisters = 24;
 inline constexpr int kBwdConsumerRegisters = 240;
 
-template <class Element, int kHeadDim>
+// kSoftcap picks the per-step schedule (softcap's tanh feeds both P and dS); it is a kernel parameter
+// rather than a branch inside one kernel because two main loops in one kernel share one register
+// allocation and spill.
+template <class Element, int kHeadDim, bool kSoftcap>
 __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
   } else {
     warpgroup_claim_registers<kBwdConsumerRegisters>();
     BwdConsumer<Element, kHeadDim> consumer{warpgroup - 1, smem, bars};
-    consumer.run(params, *shared_work);
+    consumer.template run<kSoftcap>(params, *shared_work);
   }
 }
 

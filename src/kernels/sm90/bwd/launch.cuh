@@ -18,7 +18,7 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
                       params.batch);
   bwd_preprocess_kernel<Element, kHeadDim><<<pre_grid, row_block, 0, stream>>>(params);
 
-  auto* kernel = &bwd_kernel<Element, kHeadDim>;
+  auto* kernel = params.has_softcap ? &bwd_kernel<Element, kHeadDim, true> : &bwd_kernel<Element, kHeadDim, false>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes());
   if (status != cudaSuccess) return status;
   kernel<<<num_ctas, kCfg.threads(), kCfg.smem_bytes(), stream>>>(params);

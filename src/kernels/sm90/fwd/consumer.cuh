@@ -108,6 +108,14 @@ struct FwdConsumer {
     }
   }
 
+  // Masks S of key block `block`. The mask and this thread's row are rebuilt here rather than kept
+  // across the main loop, where registers are scarcest.
+  __device__ __forceinline__ void apply_mask(float (&s)[kBlockN / 2], const FwdKernelParams& p, const TileWork& work,
+                                             int block) const {
+    const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+    Softmax::apply_mask(s, mask, work.m0 + row_in_tile(), block * kBlockN);
+  }
+
   // This thread's first row within the CTA tile (its second is 8 below).
   __device__ __forceinline__ int row_in_tile() const {
     const int warp_in_group = (threadIdx.x / 32) % 4;
@@ -123,8 +131,6 @@ struct FwdConsumer {
     for (int linear = blockIdx.x; linear < num_tiles; linear += gridDim.x) {
       const TileWork work = resolve_tile(p, linear, kCfg.block_m, kCfg.block_n);
       if (!work.has_rows) continue;
-      const int row0 = work.m0 + row_in_tile();
-      const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
 
       float o[kHeadDim / 2];
 #pragma unroll
@@ -152,7 +158,7 @@ struct FwdConsumer {
         pin_registers(s);
         release(&bars->k_empty[ring.stage]);
         if (p.has_softcap) Softmax::apply_softcap(s, p.softcap_prescale);
-        if (work.keys.needs_mask(block)) Softmax::apply_mask(s, mask, row0, block * kBlockN);
+        if (work.keys.needs_mask(block)) apply_mask(s, p, work, block);
         softmax.step(s, p.scale_log2, p.rescale_threshold, factor);
         convert_p(s, pfrag);
         RingPosition<kCfg.stages> previous = ring;
@@ -172,7 +178,7 @@ struct FwdConsumer {
           pin_registers(s);
           release(&bars->k_empty[ring.stage]);
           if (p.has_softcap) Softmax::apply_softcap(s, p.softcap_prescale);
-          if (work.keys.needs_mask(block)) Softmax::apply_mask(s, mask, row0, block * kBlockN);
+          if (work.keys.needs_mask(block)) apply_mask(s, p, work, block);
           const bool rescale = softmax.step(s, p.scale_log2, p.rescale_threshold, factor);
           wgmma_wait<0>();
           pin_registers(o);
@@ -200,8 +206,6 @@ struct FwdConsumer {
       float inv_sum[2];
       float lse[2];
       softmax.finish(inv_sum, lse);
-      // row_in_tile() again rather than row0: recomputing from threadIdx is cheaper than keeping the value
-      // live across the main loop, where registers are scarcest.
       FwdEpilogue<Element, kHeadDim>::store(p, work, work.m0 + row_in_tile(), o, inv_sum, lse);
     }
   }
