@@ -81,6 +81,9 @@ def _flex():
         from torch.nn.attention.flex_attention import flex_attention
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # The backward is timed by replaying it on a retained graph; a compiled backward that donates its
+        # saved buffers refuses that (H200 run of 2026-12-02: every flex backward row was skipped so).
+        torch._functorch.config.donated_buffer = False
         _flex_compiled = torch.compile(flex_attention)
     return _flex_compiled
 

@@ -10,7 +10,9 @@
 #include <iterator>
 #include <limits>
 #include <optional>
-#include <sstream>
+#include <cstdio>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "host/empty_problem.hpp"
@@ -92,20 +94,38 @@ struct Field {
 };
 using Fields = std::initializer_list<Field>;
 
+// Message text without iostreams: the library is loaded into processes (Python with torch) where a
+// second C++ runtime may already own the locale machinery that std::ostringstream initializes, and
+// constructing one there crashed the error path on the H200 (tests/python, 2026-12-02).
+template <class T>
+void append(std::string& out, const T& value) {
+  if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    out += std::string_view(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", static_cast<double>(value));
+    out += text;
+  } else if constexpr (std::is_enum_v<T>) {
+    out += std::to_string(static_cast<long long>(value));
+  } else {
+    out += std::to_string(value);
+  }
+}
+
 template <class... Parts>
 Check fail(flash4_status status, const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  return Check{status, message.str()};
+  std::string message;
+  (append(message, parts), ...);
+  return Check{status, std::move(message)};
 }
 
 const char* dtype_name(flash4_dtype dtype) { return dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16"; }
 
 template <std::size_t N>
 std::string list(const std::size_t (&values)[N]) {
-  std::ostringstream text;
-  for (std::size_t i = 0; i < N; ++i) text << (i ? ", " : "") << values[i];
-  return text.str();
+  std::string text;
+  for (std::size_t i = 0; i < N; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text;
 }
 
 template <std::size_t N>

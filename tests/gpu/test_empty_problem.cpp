@@ -29,7 +29,10 @@ class Guarded {
  public:
   explicit Guarded(std::int64_t inner) : count_(inner + 2 * kGuard) {
     if (cudaMalloc(&base_, count_ * sizeof(T)) != cudaSuccess) base_ = nullptr;
-    if (base_ != nullptr) cudaMemset(base_, 0xFF, count_ * sizeof(T));
+    // cudaMemset may return before the memory is set, and the calls under test run on a non-blocking
+    // stream that does not wait for it: without the synchronize the poison can land after the fill
+    // (seen under ctest -j16 on the H200).
+    if (base_ != nullptr && cudaMemset(base_, 0xFF, count_ * sizeof(T)) == cudaSuccess) cudaDeviceSynchronize();
   }
   ~Guarded() { cudaFree(base_); }
   Guarded(const Guarded&) = delete;
