@@ -167,6 +167,8 @@ FLASH4_API flash4_status flash4_fwd_workspace_size(const flash4_fwd_params* para
 FLASH4_API flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stream_t stream);
 
 FLASH4_API flash4_status flash4_bwd_check(const flash4_bwd_params* params);
+/* The backward's device workspace: at least this many bytes, 256-byte aligned (cudaMalloc's alignment).
+ * A smaller one is FLASH4_ERROR_INVALID_ARGUMENT, a misaligned one FLASH4_ERROR_MISALIGNED. */
 FLASH4_API flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* params, size_t* bytes);
 FLASH4_API flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stream_t stream);
 

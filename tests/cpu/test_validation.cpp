@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "built_kernels.hpp"
 #include "flash4/flash4.h"
 
 namespace {
@@ -554,6 +555,30 @@ TEST(BwdValidation, ValidParamsPass) {
   const flash4_bwd_params p = valid_bwd();
   EXPECT_EQ(flash4_bwd_check(&p), FLASH4_SUCCESS) << last_error();
   EXPECT_EQ(last_error(), "");
+}
+
+// The workspace is checked before anything touches the device, so these run without a GPU: too small
+// is INVALID_ARGUMENT, an address off cudaMalloc's 256-byte alignment MISALIGNED, both naming it.
+TEST(BwdValidation, WorkspaceTooSmallOrMisalignedIsRefusedBeforeAnyLaunch) {
+  flash4_bwd_params p = valid_bwd();
+  bool found = false;
+#define FLASH4_PICK_BWD(dtype_name, hd)                                                             \
+  if (!found && hd == kHeadDim) {                                                                  \
+    p.dtype = std::string(#dtype_name) == "bf16" ? FLASH4_DTYPE_BF16 : FLASH4_DTYPE_FP16;           \
+    found = true;                                                                                  \
+  }
+  FLASH4_FOR_EACH_BUILT_BWD_KERNEL(FLASH4_PICK_BWD)
+#undef FLASH4_PICK_BWD
+  if (!found) GTEST_SKIP() << "this build has no backward kernel at head_dim " << kHeadDim;
+  std::size_t needed = 0;
+  ASSERT_EQ(flash4_bwd_workspace_size(&p, &needed), FLASH4_SUCCESS) << last_error();
+  ASSERT_GT(needed, 0u);
+  p.workspace = fake_device_pointer(20);
+  p.workspace_bytes = needed - 1;
+  expect_status(flash4_bwd(&p, nullptr), FLASH4_ERROR_INVALID_ARGUMENT, "workspace", "flash4_bwd");
+  p.workspace_bytes = needed;
+  p.workspace = static_cast<char*>(fake_device_pointer(20)) + 16;
+  expect_status(flash4_bwd(&p, nullptr), FLASH4_ERROR_MISALIGNED, "256-byte aligned", "flash4_bwd");
 }
 
 TEST(BwdValidation, NullParams) {

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "host/bwd_planner.hpp"
@@ -15,6 +16,7 @@ namespace flash4::host {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr std::size_t kWorkspaceAlignment = 256;
 
 TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
 
@@ -37,10 +39,6 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
                      "); this release has backward kernels for head_dim 64 and 128 only";
     return result;
   }
-  DeviceInfo device;
-  result.status = current_device_info(device, result.message);
-  if (result.status != FLASH4_SUCCESS) return result;
-
   const BwdPlan plan = plan_backward(p);
   if (p.workspace == nullptr || p.workspace_bytes < plan.workspace.total) {
     result.status = FLASH4_ERROR_INVALID_ARGUMENT;
@@ -49,6 +47,17 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
                      "); size it with flash4_bwd_workspace_size";
     return result;
   }
+  // The bulk copies into and out of the workspace need 16-byte aligned addresses; its arrays sit at
+  // 256-byte offsets from the base, so the base must be 256-byte aligned (cudaMalloc gives that).
+  if (reinterpret_cast<std::uintptr_t>(p.workspace) % kWorkspaceAlignment != 0) {
+    result.status = FLASH4_ERROR_MISALIGNED;
+    result.message = "workspace: the address must be " + std::to_string(kWorkspaceAlignment) +
+                     "-byte aligned (cudaMalloc and torch's allocator give that; an offset into a byte pool may not)";
+    return result;
+  }
+  DeviceInfo device;
+  result.status = current_device_info(device, result.message);
+  if (result.status != FLASH4_SUCCESS) return result;
   char* workspace = static_cast<char*>(p.workspace);
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int rows_q = varlen ? p.total_q : p.seqlen_q;

@@ -282,7 +282,9 @@ struct BwdConsumer {
       const char* v_tile = smem + kCfg.v_offset();
       mbarrier_wait(&bars->kv_full, 0);
 
-      // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer.
+      // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. (With
+      // every dQ product waited for before kDqStaged one buffer would be safe too; the second keeps the
+      // write of step t+1 independent of that ordering.)
       static_assert(kCfg.stages == 2, "dS is double-buffered in step with the stage ring");
       RingPosition<kCfg.stages> ring;
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {

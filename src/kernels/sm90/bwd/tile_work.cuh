@@ -1,11 +1,13 @@
 // Resolves a backward CTA index into its work: one key block of one (sequence, kv head), the query
-// heads of that kv head's group, and the query blocks that see any of the keys. Producer and consumers
-// resolve the same index and so agree without talking.
+// heads of that kv head's group, and the query blocks that see any of the keys. Resolved once per CTA
+// and shared with the roles through shared memory (kernel.cuh).
 //
 // Order: the key block is the slow coordinate (linear = n_block * batch * heads_kv + sequence/head), so
 // every (sequence, head)'s key block 0 starts first. Under bottom-right causal masking key block 0 sees
 // the most query rows, so this is longest-first; and in deterministic mode every CTA's predecessors in
-// the dQ reduce-add order (the lower key blocks of the same head) were launched before it.
+// the dQ reduce-add order (the lower key blocks of the same head) have lower indices. That they were
+// also launched before it is an assumption: CUDA starts CTAs in index order in practice but does not
+// promise it (FA3's deterministic backward makes the same one).
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"

@@ -1,0 +1,313 @@
+"""flash4.distributed with flash4 as the local kernel, on ONE GPU: the LSE merge and a simulated ring.
+
+The one-GPU part of the ring checks (tests/python/gpu/dist_ring_check.py is the torchrun part on 2+ GPUs):
+
+  * merge: flash4's forward over W = 2..4 key chunks of one sequence (causal: the query-chunk x key-chunk
+    blocks the ring computes - equal-size diagonal blocks with flash4's causal mask, blocks below the
+    diagonal unmasked, blocks above skipped), merged with merge_attention_list and with merge_attention one
+    part at a time, against one flash4 call over the whole sequence and an fp32 torch reference;
+  * ring: ring_flash_attn_func's forward and ring_backward with Flash4Local over a ring of W = 2 and 3 ranks
+    simulated in this process (one thread per rank, messages through queues, as the CPU tests do), causal
+    zig-zag shards and non-causal contiguous shards, GQA 4:1, D = 64 and 128, bf16; the gathered out, lse
+    and dq/dk/dv against single-call flash4 on the whole sequence and the fp32 reference;
+  * W = 1 through autograd (ring_flash_attn_func(...).backward()), deterministic: bit-identical to
+    flash_attn_func, which checks the autograd wrapper on CUDA tensors.
+
+Why the simulated ring calls ring_backward itself rather than out.backward(): torch's autograd engine runs
+the backward of CUDA nodes on one worker thread per device, so two simulated ranks' backward passes would
+share that thread, and the first to wait for its neighbour's message would block the neighbour: deadlock.
+The wrapper's backward (_RingAttention.backward) is ring_backward plus casts, which the W = 1 test covers.
+
+Tolerance rule (docs/design.md, as tests/python/gpu/test_gpu_ops.py): the max error against an fp32
+reference must be at most 2 x the max error of the naive bf16 implementation (fp32 scores of the bf16
+inputs, P rounded to bf16, fp32 accumulate, output rounded) + a small floor. Single-call flash4 must pass
+the same bar, and the ring's distance to it must stay within the two error budgets added up.
+
+Skips (with the reason) without a CUDA device, on a GPU other than sm_90, without flash4's shared library
+(FLASH4_LIBRARY or the installed package), for a case the library was built without, and for the gradient
+checks while flash4_bwd reports FLASH4_ERROR_NOT_IMPLEMENTED.
+"""
+
+import queue
+import threading
+
+import pytest
+import torch
+
+from flash4 import Flash4Error, Flash4LibraryError, Flash4NotImplementedError, _abi, flash_attn_func
+from flash4._loader import load_library
+from flash4.distributed import (
+    Flash4Local,
+    merge_attention,
+    merge_attention_list,
+    ring_backward,
+    ring_flash_attn_func,
+    zigzag_shard,
+    zigzag_unshard,
+)
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+BF16 = torch.bfloat16
+DEVICE = "cuda"
+FLOOR, LSE_FLOOR = 1e-4, 1e-3  # as tests/python/gpu/test_gpu_ops.py (see the reasons there)
+NOT_BUILT = {_abi.Status.ERROR_NO_KERNEL, _abi.Status.ERROR_UNSUPPORTED_HEAD_DIM, _abi.Status.ERROR_UNSUPPORTED_DTYPE}
+TIMEOUT_S = 60  # a simulated rank waiting longer than this for its neighbour fails instead of hanging
+
+
+# ---------------------------------------------------------------- skips (as test_gpu_ops.py, plus the library)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hopper_with_library():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"flash4's kernels need sm_90 (Hopper); this is {torch.cuda.get_device_name()}")
+    try:
+        load_library()  # opened here, once, before any thread of the simulated ring needs it
+    except Flash4LibraryError as err:
+        pytest.skip(f"flash4's shared library is not available: {err}")
+
+
+@pytest.fixture(scope="module")
+def backward_missing():
+    """The library's message when its backward is not implemented, else None."""
+    q = torch.randn(1, 128, 1, 64, dtype=BF16, device=DEVICE, requires_grad=True)
+    try:
+        run(flash_attn_func, q, q.detach(), q.detach()).sum().backward()
+    except Flash4NotImplementedError as err:
+        return str(err)
+    return None
+
+
+@pytest.fixture
+def needs_backward(backward_missing):
+    if backward_missing:
+        pytest.skip(f"the library reports no backward yet: {backward_missing}")
+
+
+def run(function, *args, **kwargs):
+    """Call a flash4 function; skip the test when the library was built without this case."""
+    try:
+        return function(*args, **kwargs)
+    except Flash4Error as err:
+        if err.status in NOT_BUILT:
+            pytest.skip(f"not in this build: {err}")
+        raise
+
+
+# ---------------------------------------------------------------- references and the tolerance rule
+
+
+def randn(*shape, generator, requires_grad=False):
+    return torch.randn(*shape, dtype=BF16, device=DEVICE, generator=generator).requires_grad_(requires_grad)
+
+
+def reference(q, k, v, causal, precise=True):
+    """(out (B, S, Hq, D), lse (B, Hq, S)) of attention over the whole sequence, differentiable.
+
+    precise: fp32 throughout (the reference); otherwise the naive bf16 computation of the tolerance rule."""
+    groups = q.shape[2] // k.shape[2]
+    k, v = (t.repeat_interleave(groups, dim=2) for t in (k, v))
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    scores = qf @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if causal:
+        n = q.shape[1]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    p = torch.softmax(scores, dim=-1)
+    if not precise:
+        p = p.to(q.dtype).float()
+    out = (p @ vf).transpose(1, 2)
+    return (out if precise else out.to(q.dtype)), lse
+
+
+def max_error(got, ref):
+    return (got.detach().float() - ref.detach().float()).abs().max().item()
+
+
+def check(name, got, single, ref, naive, floor=FLOOR):
+    """The tolerance rule for `got` (merge or ring) and for single-call flash4, and their agreement."""
+    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    assert torch.isfinite(got).all(), f"{name}: non-finite values"
+    budget = 2 * max_error(naive, ref) + floor
+    error, single_error = max_error(got, ref), max_error(single, ref)
+    summary = (f"{name}: error {error:.3g}, single-call flash4 {single_error:.3g}, naive bf16 "
+               f"{max_error(naive, ref):.3g}, vs single-call {max_error(got, single):.3g}, budget {budget:.3g}")
+    assert error <= budget, summary
+    assert single_error <= budget, summary
+    assert max_error(got, single) <= 2 * budget, summary
+
+
+# ---------------------------------------------------------------- (1) the LSE merge of flash4's partial results
+
+
+def flash_forward(q, k, v, causal):
+    return run(flash_attn_func, q, k, v, causal=causal, return_lse=True)
+
+
+def merge_both_ways(parts):
+    """(merge_attention_list, merge_attention folded left) of [(out, lse), ...]."""
+    listed = merge_attention_list([p[0] for p in parts], [p[1] for p in parts])
+    out, lse = parts[0]
+    for part_out, part_lse in parts[1:]:
+        out, lse = merge_attention(out, lse, part_out, part_lse)
+    return listed, (out, lse)
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_merge_of_flash4_key_chunks(chunks, causal):
+    # 1000 rows: chunks that are not multiples of the kernels' tiles, unequal for 3 chunks.
+    gen = torch.Generator(device=DEVICE).manual_seed(10 * chunks + causal)
+    seqlen = 1000
+    q, k, v = (randn(2, seqlen, h, 128, generator=gen) for h in (8, 2, 2))
+    bounds = [round(i * seqlen / chunks) for i in range(chunks + 1)]
+    blocks = list(zip(bounds, bounds[1:]))
+    if not causal:
+        merged = merge_both_ways([flash_forward(q, k[:, a:b], v[:, a:b], False) for a, b in blocks])
+    else:
+        # Query chunk i against key chunk j: all of it for j < i, flash4's causal mask for j == i (a square
+        # block, so bottom-right alignment is the plain diagonal), nothing for j > i - as the ring's steps.
+        rows = []
+        for i, (qa, qb) in enumerate(blocks):
+            parts = [flash_forward(q[:, qa:qb], k[:, a:b], v[:, a:b], j == i) for j, (a, b) in enumerate(blocks[:i + 1])]
+            rows.append(merge_both_ways(parts))
+        merged = [(torch.cat([r[way][0] for r in rows], dim=1), torch.cat([r[way][1] for r in rows], dim=2))
+                  for way in range(2)]
+    single_out, single_lse = flash_forward(q, k, v, causal)
+    ref_out, ref_lse = reference(q, k, v, causal)
+    naive_out, naive_lse = reference(q, k, v, causal, precise=False)
+    for way, (out, lse) in zip(("merge_attention_list", "merge_attention"), merged):
+        assert out.dtype == torch.float32 and lse.dtype == torch.float32, way
+        check(f"{way} out", out, single_out, ref_out, naive_out)
+        check(f"{way} lse", lse, single_lse, ref_lse, naive_lse, LSE_FLOOR)
+        # Cast down once, as the ring does: still within the rule.
+        check(f"{way} out as bf16", out.to(BF16), single_out, ref_out, naive_out)
+
+
+# ---------------------------------------------------------------- (2) a simulated ring on one GPU
+
+
+class SimulatedRing:
+    """One rank of a ring of `world_size` ranks in this process: the rank, world_size, exchange(send, recv)
+    members that ring_flash_attn_func / ring_forward / ring_backward accept in place of a DistRing.
+
+    exchange() sends a copy at once (so `send` may change afterwards) and matches messages by their number,
+    as NCCL matches point-to-point operations by their order. All ranks share the device's default stream,
+    so a copy enqueued by the sending thread precedes the receiver's copy_ enqueued after the hand-off."""
+
+    def __init__(self, rank, world_size, mailboxes):
+        self.rank, self.world_size, self.mailboxes = rank, world_size, mailboxes
+        self.sent = 0
+        self.early = {}  # messages that arrived before their wait()
+
+    def exchange(self, send, recv):
+        number, self.sent = self.sent, self.sent + 1
+        self.mailboxes[(self.rank + 1) % self.world_size].put((number, send.detach().clone()))
+        return _Delivery(self, number, recv)
+
+
+class _Delivery:
+    def __init__(self, ring, number, recv):
+        self.ring, self.number, self.recv = ring, number, recv
+
+    def wait(self):
+        ring = self.ring
+        while self.number not in ring.early:
+            number, tensor = ring.mailboxes[ring.rank].get(timeout=TIMEOUT_S)
+            ring.early[number] = tensor
+        self.recv.copy_(ring.early.pop(self.number))
+
+
+def run_ranks(world_size, body):
+    """[body(ring) for each rank], each rank on its own thread; re-raises the first failure here (a skip too)."""
+    mailboxes = [queue.Queue() for _ in range(world_size)]
+    results, failures = [None] * world_size, []
+
+    def rank_main(rank):
+        try:
+            results[rank] = body(SimulatedRing(rank, world_size, mailboxes))
+        except BaseException as err:  # noqa: BLE001 - re-raised on the test's thread below
+            failures.append(err)
+
+    threads = [threading.Thread(target=rank_main, args=(rank,), daemon=True) for rank in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=2 * TIMEOUT_S)
+    if failures:
+        raise failures[0]
+    assert not any(thread.is_alive() for thread in threads), "a simulated rank did not finish"
+    return results
+
+
+def split(t, rank, world_size, causal, dim=1):
+    """Rank `rank`'s shard: zig-zag for causal, contiguous blocks otherwise (any split works without a mask)."""
+    if causal:
+        return zigzag_shard(t, rank, world_size, dim=dim)
+    return t.chunk(world_size, dim=dim)[rank].contiguous()
+
+
+def unsplit(shards, causal, dim=1):
+    return zigzag_unshard(shards, dim=dim) if causal else torch.cat(shards, dim=dim)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_simulated_ring_matches_single_flash4_and_reference(needs_backward, world_size, causal, head_dim):
+    # 768 rows: 2W chunks of 192 (W = 2) or 128 (W = 3) rows; GQA 4:1.
+    gen = torch.Generator(device=DEVICE).manual_seed(100 * world_size + 10 * causal + head_dim // 64)
+    batch, seqlen, heads_q, heads_kv = 2, 768, 8, 2
+    q, k, v = (randn(batch, seqlen, h, head_dim, generator=gen) for h in (heads_q, heads_kv, heads_kv))
+    dout = randn(batch, seqlen, heads_q, head_dim, generator=gen)
+    scale = head_dim ** -0.5
+
+    def rank_body(ring):
+        q_local, k_local, v_local, dout_local = (split(t, ring.rank, world_size, causal) for t in (q, k, v, dout))
+        out, lse = run(ring_flash_attn_func, q_local, k_local, v_local, ring, causal=causal, return_lse=True)
+        # What the autograd wrapper saves and computes: out in q's dtype, lse fp32, gradients cast back.
+        grads = run(ring_backward, dout_local, q_local, k_local, v_local, out, lse, ring, causal, scale, 0.0,
+                    Flash4Local())
+        return out, lse, *(g.to(BF16) for g in grads)
+
+    per_rank = run_ranks(world_size, rank_body)
+    out, lse, dq, dk, dv = (unsplit([r[i] for r in per_rank], causal, dim=2 if i == 1 else 1) for i in range(5))
+    assert out.dtype == BF16 and lse.dtype == torch.float32 and lse.shape == (batch, heads_q, seqlen)
+
+    single_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    single_out, single_lse = run(flash_attn_func, *single_inputs, causal=causal, return_lse=True)
+    single_grads = torch.autograd.grad(single_out, single_inputs, dout)
+    ref_inputs = [t.float().requires_grad_() for t in (q, k, v)]
+    ref_out, ref_lse = reference(*ref_inputs, causal)
+    ref_grads = torch.autograd.grad(ref_out, ref_inputs, dout.float())
+    naive_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    naive_out, naive_lse = reference(*naive_inputs, causal, precise=False)
+    naive_grads = torch.autograd.grad(naive_out, naive_inputs, dout)
+
+    check("out", out, single_out, ref_out, naive_out)
+    check("lse", lse, single_lse, ref_lse, naive_lse, LSE_FLOOR)
+    for name, got, single, ref, naive in zip(("dq", "dk", "dv"), (dq, dk, dv), single_grads, ref_grads, naive_grads):
+        check(name, got, single, ref, naive)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_world_size_1_through_autograd_is_flash4(needs_backward, causal):
+    # One rank: the ring is one flash4 call each way, and the autograd wrapper only casts; with deterministic
+    # backward the results are bit-identical to flash_attn_func's.
+    gen = torch.Generator(device=DEVICE).manual_seed(7)
+    q, k, v = (randn(2, 384, h, 128, generator=gen) for h in (8, 2, 2))
+    dout = randn(2, 384, 8, 128, generator=gen)
+    ring_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = run(ring_flash_attn_func, *ring_inputs, SimulatedRing(0, 1, [queue.Queue()]), causal=causal,
+                   deterministic=True, return_lse=True)
+    out.backward(dout)
+    single_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    single_out, single_lse = run(flash_attn_func, *single_inputs, causal=causal, deterministic=True,
+                                 return_lse=True)
+    single_out.backward(dout)
+    assert out.dtype == BF16 and torch.equal(out, single_out)
+    assert torch.equal(lse, single_lse)
+    for name, ring_input, single_input in zip("qkv", ring_inputs, single_inputs):
+        assert ring_input.grad.dtype == BF16, name
+        assert torch.equal(ring_input.grad, single_input.grad), f"d{name} differs from flash_attn_func's"
