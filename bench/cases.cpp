@@ -116,7 +116,7 @@ std::string usage() {
          "  --all               the anchors' sweep: D in {64, 128} (or --D), causal {0, 1},\n"
          "                      N in {512, ..., 16384}, B = 16384 / N, H = 2048 / D (ignores the size flags);\n"
          "                      forward only unless --mode says otherwise\n"
-         "exit status: 0 ok, 1 a flash4 or CUDA error, 2 not implemented (the backward),\n"
+         "exit status: 0 ok, 1 a flash4 or CUDA error, 2 not implemented (older libraries),\n"
          "             3 --verify failed, 64 bad flags\n"
          "Without a CUDA device it runs a small CPU reference demo instead and exits 0.\n";
 }

@@ -14,7 +14,7 @@ enum class Mode { fwd, bwd };
 // Exit statuses of flash4-bench, also listed in its usage text.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;           // a flash4 or CUDA call failed
-inline constexpr int kExitNotImplemented = 2;  // flash4 answered FLASH4_ERROR_NOT_IMPLEMENTED (the backward)
+inline constexpr int kExitNotImplemented = 2;  // flash4 answered FLASH4_ERROR_NOT_IMPLEMENTED (older libraries)
 inline constexpr int kExitVerifyFailed = 3;    // --verify found an output outside its tolerance
 inline constexpr int kExitUsage = 64;          // bad flags (EX_USAGE of sysexits.h)
 

@@ -20,7 +20,7 @@
  *    with nothing to write (no query rows in the forward, neither rows in the backward) launches nothing.
  *  - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq).
  *    A sliding window (left, right) keeps j in [i + Sk - Sq - left, i + Sk - Sq + right]; -1 means unbounded.
- *    causal = 1 is the window (-1, 0).
+ *    causal = 1 sets the right edge to 0 (window_right must be -1 or 0); window_left still applies.
  *  - softcap > 0 replaces each score s = scale * q.k by softcap * tanh(s / softcap).
  */
 #ifndef FLASH4_FLASH4_H
@@ -45,8 +45,8 @@ typedef enum flash4_status {
   FLASH4_SUCCESS = 0,
   FLASH4_ERROR_INVALID_STRUCT_SIZE = 1, /* params.struct_size is not one this library knows */
   FLASH4_ERROR_NULL_POINTER = 2,        /* a required pointer is NULL */
-  FLASH4_ERROR_UNSUPPORTED_DTYPE = 3,   /* dtype is not bf16 or fp16, or was not built */
-  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim not in {64, 96, 128, 192, 256}, or was not built */
+  FLASH4_ERROR_UNSUPPORTED_DTYPE = 3,   /* dtype is not bf16 or fp16 (one this build lacks: NO_KERNEL) */
+  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim not in {64, 96, 128, 192, 256} (one without a kernel: NO_KERNEL) */
   FLASH4_ERROR_HEAD_RATIO = 5,          /* heads_q is not a multiple of heads_kv */
   FLASH4_ERROR_MISALIGNED = 6,          /* a pointer or stride breaks the 16-byte alignment TMA needs */
   FLASH4_ERROR_INVALID_SIZE = 7,        /* a negative or zero size where a positive one is required */
@@ -54,10 +54,11 @@ typedef enum flash4_status {
   FLASH4_ERROR_INVALID_VARLEN = 9,      /* cu_seqlens / max_seqlen inconsistent with the other sizes */
   FLASH4_ERROR_SIZE_OVERFLOW = 10,      /* a size or offset that would overflow 32-bit tile indexing */
   FLASH4_ERROR_INVALID_ARGUMENT = 11,   /* any other bad value (scale, softcap, workspace) */
-  FLASH4_ERROR_NO_KERNEL = 12,          /* a valid request this build has no kernel for (message says which) */
+  FLASH4_ERROR_NO_KERNEL = 12,          /* a valid request this build has no kernel for (message says which);
+                                           also the backward at head dims other than 64 and 128 */
   FLASH4_ERROR_NO_DEVICE = 13,          /* no CUDA device, or the device is not sm_90 */
   FLASH4_ERROR_CUDA = 14,               /* a CUDA runtime/driver call failed (message has its text) */
-  FLASH4_ERROR_NOT_IMPLEMENTED = 15,    /* the entry point exists but this release does not implement it */
+  FLASH4_ERROR_NOT_IMPLEMENTED = 15,    /* reserved: no entry point of this release returns it */
   FLASH4_ERROR_INTERNAL = 16            /* an unexpected failure inside the library (out of host memory, a bug) */
 } flash4_status;
 

@@ -164,8 +164,8 @@ class Flash4Error(RuntimeError):
 
 
 class Flash4NotImplementedError(Flash4Error, NotImplementedError):
-    """FLASH4_ERROR_NOT_IMPLEMENTED: the entry point exists but this build of the library does not
-    implement it (the backward, before its kernel lands)."""
+    """FLASH4_ERROR_NOT_IMPLEMENTED: reserved for an entry point a library does not implement; the
+    current library never returns it (kept so that an older library's answer still maps to a type)."""
 
 
 def error(lib, entry, status):
