@@ -99,7 +99,10 @@ typedef struct flash4_fwd_params {
   float softcap;       /* 0: off */
 
   /* Varlen: device arrays of batch+1 int32 offsets, both set or both NULL. max_seqlen_* bound every
-   * sequence (used to size the grid); seqlen_q/seqlen_k are then ignored. */
+   * sequence (used to size the grid and the backward's workspace); seqlen_q/seqlen_k are then ignored.
+   * The offsets live on the device, so the library cannot check them: a sequence longer than its
+   * max_seqlen, or offsets that are not monotone, give undefined results (the Python front end checks
+   * them in eager mode). */
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   int32_t max_seqlen_q;

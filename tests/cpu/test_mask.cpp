@@ -84,5 +84,26 @@ TEST(MaskRanges, QueryBlocksOfEachKeyBlockMatchBruteForce) {
   }
 }
 
+// The deterministic backward orders the dQ reduce-adds of query block m by key block, counting turns from
+// key_block_range(m).begin: that needs the key blocks whose query_block_range holds m to be exactly
+// [key_block_range(m).begin, key_block_range(m).end), with the backward's block sizes (64 x 128).
+TEST(MaskRanges, BackwardContributorsOfEachQueryBlockAreTheForwardKeyRange) {
+  constexpr int kBlockM = 64;
+  constexpr int kBlockN = 128;
+  for (const MaskCase& c : kCases) {
+    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
+    for (int m = 0; m * kBlockM < c.seqlen_q; ++m) {
+      const KeyBlockRange keys = key_block_range(mask, m * kBlockM, kBlockM, kBlockN);
+      for (int n = 0; n * kBlockN < c.seqlen_k; ++n) {
+        const QueryBlockRange queries = query_block_range(mask, n * kBlockN, kBlockN, kBlockM);
+        const bool contributes = m >= queries.begin && m < queries.end;
+        EXPECT_EQ(contributes, n >= keys.begin && n < keys.end)
+            << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left << ", " << c.right
+            << ") query block " << m << " key block " << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flash4
