@@ -51,7 +51,7 @@ int run_cpu_demo(const Options& options) {
 
   std::printf("cpu demo (seed %llu): %s, %s\n", static_cast<unsigned long long>(seed),
               std::string(ref::name(options.dtype)).c_str(), ref::to_string(problem).c_str());
-  std::printf("naive %s forward vs fp64: max |dO| = %.3e, max |dLSE| = %.3e\n",
+  std::printf("naive %s forward vs fp64: max |err O| = %.3e, max |err LSE| = %.3e\n",
               std::string(ref::name(options.dtype)).c_str(), max_abs_error(naive.o, exact.o),
               max_abs_error(naive.lse, exact.lse));
   if (std::find(options.modes.begin(), options.modes.end(), Mode::bwd) != options.modes.end()) {
