@@ -7,7 +7,8 @@
 //   dV  += P^T dO         dK  += dS^T Q                   (RS wgmma: P^T and dS^T straight from registers)
 //   dS^T -> shared memory; after both warpgroups wrote theirs:
 //   dQ[:, half w] = dS K[:, half w]                       (SS wgmma over all 128 keys, dS read transposed)
-//   dQ -> fp32 staging -> bulk reduce-add into the workspace accumulator (one warp issues it)
+//   dQ -> fp32 staging -> bulk reduce-add into the workspace accumulator (issued by the writer warp,
+//   dq_writer.cuh); the consumers never wait for the adds.
 //
 // The softmax scale is left out of dS and applied once at the end (dK here, dQ in the postprocess).
 #pragma once
@@ -18,7 +19,6 @@
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
-#include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/math.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
@@ -38,7 +38,7 @@ struct BwdConsumer {
   static constexpr int kSwizzle = kCfg.swizzle_bytes;
   static constexpr uint32_t kCoreGroupBytes = 8 * kSwizzle;  // 8 rows of one swizzle atom
   static constexpr int kStepsPerBox = kSwizzle / 32;         // k16 steps (32 bytes) per swizzle row
-  static constexpr int kConsumerThreads = kCfg.consumer_warpgroups * kWarpgroupThreads;
+  static_assert(kCfg.consumer_warpgroups * kWarpgroupThreads == kBwdConsumerThreads, "named barrier counts");
   static_assert(kBlockM * kElementBytes == kSwizzle, "a dS^T row (block_m queries) must be one swizzle row");
 
   using MmaScores = WgmmaSS<kBlockM, kIsBf16>;   // S^T, dP^T: 64 keys x 64 queries
@@ -211,41 +211,14 @@ struct BwdConsumer {
     }
   }
 
-  // Warp 0 of consumer warpgroup 0: each lane reduce-adds two staged rows into the workspace accumulator.
-  // Deterministic mode first waits until the lower key blocks of this query block have added theirs.
-  __device__ __forceinline__ void flush_dq(const BwdKernelParams& p, const BwdTileWork& work, int head,
-                                           int m_block) const {
-    const float* staging = reinterpret_cast<const float*>(smem + kCfg.dq_offset());
-    float* accum = p.dq_accum + (head * p.rows_per_head + work.workspace_row0 + m_block * kBlockM) * kHeadDim;
-    int* semaphore = nullptr;
-    int turn = 0;
-    if (p.deterministic) {
-      const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-      turn = work.n_block - key_block_range(mask, m_block * kBlockM, kBlockM, kCfg.block_n).begin;
-      semaphore = p.dq_semaphores + (int64_t(head) * p.batch + work.batch) * p.m_blocks_max + m_block;
-      if (lane() == 0) {
-        while (load_acquire_gpu(semaphore) != turn) {
-        }
-      }
-      __syncwarp();
-      fence_async_global();
-    }
-    for (int row = lane(); row < kBlockM; row += 32) {
-      bulk_reduce_add_f32(accum + row * kHeadDim, staging + row * kCfg.dq_row_floats(), kHeadDim * sizeof(float));
-    }
-    bulk_commit_group();
-    if (p.deterministic) {
-      bulk_wait_group_all();
-      fence_async_global();
-      __syncwarp();
-      if (lane() == 0) {
-        __threadfence();
-        store_release_gpu(semaphore, turn + 1);
-      }
-    }
+  // Stages dQ for the writer warp: waits until the writer's previous reduce-adds have read the buffer,
+  // writes this warpgroup's columns, and signals the writer without waiting for it.
+  __device__ __forceinline__ void hand_off_dq(const float (&dq)[kDqCols / 2]) const {
+    named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+    stage_dq(dq);
+    fence_async_shared();  // the bulk reduce-adds read the staging rows through the async proxy
+    named_barrier_arrive(int(BwdBarrierId::kDqFull), kBwdDqHandoffThreads);
   }
-
-  __device__ __forceinline__ bool is_dq_flusher() const { return warpgroup == 0 && warp_in_group() == 0; }
 
   __device__ __forceinline__ void store_gradients(const BwdKernelParams& p, const BwdTileWork& work,
                                                   const float (&dk)[kHeadDim / 2], const float (&dv)[kHeadDim / 2]) const {
@@ -283,10 +256,12 @@ struct BwdConsumer {
       mbarrier_wait(&bars->kv_full, 0);
 
       // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. (With
-      // every dQ product waited for before kDqStaged one buffer would be safe too; the second keeps the
+      // every dQ product waited for within its step one buffer would be safe too; the second keeps the
       // write of step t+1 independent of that ordering.)
       static_assert(kCfg.stages == 2, "dS is double-buffered in step with the stage ring");
       RingPosition<kCfg.stages> ring;
+      // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
+      // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
         for (int m_block = work.queries.begin; m_block < work.queries.end; ++m_block) {
           const char* q_tile = smem + cfg().q_offset(ring.stage);
@@ -341,8 +316,7 @@ struct BwdConsumer {
           char* ds_tile = smem + cfg().ds_offset(ring.stage);
           store_ds(ds_tile, ds_frag);
           fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
-          if (is_dq_flusher()) bulk_wait_group_read_all();  // the previous dQ flush has read the staging rows
-          named_barrier_sync(int(BwdBarrierId::kDsReady), kConsumerThreads);
+          named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);
 
           // dQ is issued behind dV and dK, which may still run: the tensor cores stay busy across the barrier.
           float dq[kDqCols / 2];
@@ -356,17 +330,11 @@ struct BwdConsumer {
           pin_registers(ds_frag);
           pin_registers(dq);
           release(&bars->stage_empty[ring.stage]);
-
-          stage_dq(dq);
-          fence_async_shared();  // the bulk reduce-add reads the staging rows through the async proxy
-          named_barrier_sync(int(BwdBarrierId::kDqStaged), kConsumerThreads);
-          if (is_dq_flusher()) flush_dq(p, work, head, m_block);
+          hand_off_dq(dq);
 
           ring.advance();
         }
       }
-      // Shared memory must outlive the last flush's reads.
-      if (is_dq_flusher()) bulk_wait_group_read_all();
     }
     store_gradients(p, work, dk, dv);
   }

@@ -1,5 +1,5 @@
-// The main backward kernel: warpgroup 0 produces (one thread issues the loads, the warpgroup gives its
-// registers to the consumers), warpgroups 1 and 2 consume. One CTA per (key block, sequence, kv head),
+// The main backward kernel: warpgroup 0 produces (one thread issues the loads, warp 1 writes dQ, the
+// warpgroup gives its registers to the consumers), warpgroups 1 and 2 consume. One CTA per (key block, sequence, kv head),
 // launched in the order of tile_work.cuh.
 #pragma once
 
@@ -7,6 +7,7 @@
 
 #include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/consumer.cuh"
+#include "kernels/sm90/bwd/dq_writer.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/producer.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
@@ -63,7 +64,12 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
     warpgroup_release_registers<kBwdProducerRegisters>();
-    if (threadIdx.x == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
+    const int warp = threadIdx.x / 32;
+    if (warp == kBwdLoaderWarp) {
+      if (threadIdx.x % 32 == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
+    } else if (warp == kBwdDqWriterWarp) {
+      BwdDqWriter<kHeadDim>::run(params, *shared_work, smem);
+    }
   } else {
     warpgroup_claim_registers<kBwdConsumerRegisters>();
     BwdConsumer<Element, kHeadDim> consumer{warpgroup - 1, smem, bars};

@@ -16,10 +16,18 @@ struct BwdBarriers {
   uint64_t stage_empty[kStages];  // one arrival per consumer warp
 };
 
-// Named barriers among the two consumer warpgroups (id 0 is __syncthreads).
+// Named barriers (id 0 is __syncthreads). kDsReady is among the two consumer warpgroups; the dQ pair is
+// the hand-off between the consumers and the dQ writer warp (consumers sync on kDqEmpty and arrive on
+// kDqFull, the writer the other way round), so no consumer ever waits for a reduce-add to be issued.
 enum class BwdBarrierId : int {
-  kDsReady = 1,   // both halves of dS^T are in shared memory, and the dQ staging buffer is free again
-  kDqStaged = 2,  // both column halves of dQ are in the staging buffer
+  kDsReady = 1,  // both halves of dS^T are in shared memory
+  kDqFull = 2,   // both column halves of dQ are in the staging buffer
+  kDqEmpty = 3,  // the writer's reduce-adds have read the staging buffer: it may be overwritten
 };
+inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
+inline constexpr int kBwdDqHandoffThreads = kBwdConsumerThreads + 32;  // the consumers plus the writer warp
+// The producer warpgroup's warps: warp 0 issues the loads, warp 1 writes dQ, the other two idle.
+inline constexpr int kBwdLoaderWarp = 0;
+inline constexpr int kBwdDqWriterWarp = 1;
 
 }  // namespace flash4::sm90

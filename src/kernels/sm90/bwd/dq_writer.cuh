@@ -1,0 +1,75 @@
+// The dQ writer: warp 1 of the producer warpgroup. For every query-block step the consumers stage their
+// fp32 dQ partial (64 rows x head_dim) in shared memory; this warp reduce-adds it into the workspace
+// accumulator with bulk reduce-adds (cp.reduce.async.bulk, no per-element atomics) and hands the staging
+// buffer back once the copy engine has read it. Keeping the issue (and, in deterministic mode, the wait
+// for this query block's turn) off the consumers lets their tensor-core work run on meanwhile.
+#pragma once
+
+#include "kernels/common/bwd_params.hpp"
+#include "kernels/common/mask.hpp"
+#include "kernels/sm90/bwd/pipeline.cuh"
+#include "kernels/sm90/bwd/tile_work.cuh"
+#include "kernels/sm90/ptx/bulk.cuh"
+#include "kernels/sm90/ptx/sync.cuh"
+
+namespace flash4::sm90 {
+
+template <int kHeadDim>
+struct BwdDqWriter {
+  static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  static constexpr int kBlockM = kCfg.block_m;
+
+  // Deterministic mode: this CTA's position among the key blocks that add into query block `m_block`
+  // (the lowest key block adds first).
+  __device__ __forceinline__ static int dq_turn(const BwdKernelParams& p, const BwdTileWork& work, int m_block) {
+    const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+    return work.n_block - key_block_range(mask, m_block * kBlockM, kBlockM, kCfg.block_n).begin;
+  }
+
+  __device__ static void run(const BwdKernelParams& p, const BwdTileWork& work, const char* smem) {
+    const int steps = work.num_steps();
+    if (steps == 0) return;
+    const int lane = threadIdx.x % 32;
+    const float* staging = reinterpret_cast<const float*>(smem + kCfg.dq_offset());
+    named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
+
+    int step = 0;
+    for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
+      for (int m_block = work.queries.begin; m_block < work.queries.end; ++m_block, ++step) {
+        float* accum = p.dq_accum + (head * p.rows_per_head + work.workspace_row0 + m_block * kBlockM) * kHeadDim;
+        int* semaphore = nullptr;
+        int turn = 0;
+        if (p.deterministic) {
+          turn = dq_turn(p, work, m_block);
+          semaphore = p.dq_semaphores + (int64_t(head) * p.batch + work.batch) * p.m_blocks_max + m_block;
+          if (lane == 0) {
+            while (load_acquire_gpu(semaphore) != turn) {
+            }
+          }
+          __syncwarp();
+          fence_async_global();  // the reduce-adds below come after the predecessor's, seen through the flag
+        }
+        named_barrier_sync(int(BwdBarrierId::kDqFull), kBwdDqHandoffThreads);
+        for (int row = lane; row < kBlockM; row += 32) {
+          bulk_reduce_add_f32(accum + row * kHeadDim, staging + row * kCfg.dq_row_floats(), kHeadDim * sizeof(float));
+        }
+        bulk_commit_group();
+        if (p.deterministic) {
+          bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
+          fence_async_global();
+          __syncwarp();
+          if (lane == 0) {
+            __threadfence();
+            store_release_gpu(semaphore, turn + 1);
+          }
+        }
+        bulk_wait_group_read_all();
+        __syncwarp();
+        // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
+        if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+      }
+    }
+  }
+};
+
+}  // namespace flash4::sm90
