@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one GPU job: build with ninja on all cores, run the tests (GPU and CPU), compute-sanitizer on one small
-# backward case, then benchmark flash4 and its peers, forward and backward, in the same run. Writes few files
-# into the folder given as $1 (default $OUT, else ./gpu-out), since the device returns at most 8:
+# The one GPU job: build with ninja on all cores, run the tests (GPU and CPU), compute-sanitizer on three small
+# cases (backward, forward, forward varlen), then benchmark flash4 and its peers, forward and backward, in the
+# same run. Writes few files into the folder given as $1 (default $OUT, else ./gpu-out), since the device returns at most 8:
 #   build.log   device, configure, build, spill check
 #   tests.log   ctest, then compute-sanitizer memcheck and racecheck
 #   bench.log   the benchmarks' stderr and notes
@@ -39,19 +39,23 @@ grep -E "Failed|\*\*\*" "$out/tests.log" | tail -30
 grep -h "\[smoke\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -2
 echo "$summary"
 
-echo "== compute-sanitizer (one backward case)"
+echo "== compute-sanitizer (backward, forward with TMA-stored O, forward varlen)"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 case_name=${FLASH4_SANITIZE_CASE:-bf16_d128_b1_sq113_sk203_h2x2_causal}
-filter="*BackwardGrid.MatchesReference/${case_name}_*"
+filters=("*BackwardGrid.MatchesReference/${case_name}_*"
+         "*ForwardGrid.MatchesReference/bf16_d96_b1_sq113_sk203_h2x2_causal_*"
+         "*ForwardGrid.MatchesReference/bf16_d128_*_causal_varlen_*")
 if [ -x "$sanitizer" ]; then
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
-    "$sanitizer" --tool "$tool" --error-exitcode 99 "$build/tests/flash4_gpu_tests" --gtest_filter="$filter" \
-      >>"$out/tests.log" 2>&1
-    rc=$?
-    [ $rc -eq 0 ] || status=1
-    echo "$tool: exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests? from .* ran|SKIPPED \]|PASSED \]|FAILED \]" \
-      "$out/tests.log" | tail -3 | tr '\n' ' ')"
+  for filter in "${filters[@]}"; do
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
+      "$sanitizer" --tool "$tool" --error-exitcode 99 "$build/tests/flash4_gpu_tests" --gtest_filter="$filter" \
+        >>"$out/tests.log" 2>&1
+      rc=$?
+      [ $rc -eq 0 ] || status=1
+      echo "$tool $filter: exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests? from .* ran|SKIPPED \]|PASSED \]|FAILED \]" \
+        "$out/tests.log" | tail -3 | tr '\n' ' ')"
+    done
   done
 else
   echo "compute-sanitizer not found" | tee -a "$out/tests.log"

@@ -65,6 +65,17 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
       return result;
     }
   }
+  kp.store_o_with_tma = !varlen && plan.tile.stages_output();
+  if (kp.store_o_with_tma) {
+    constexpr int kRowsPerWarpgroup = 64;  // each consumer warpgroup stores its own rows
+    std::string error;
+    if (!encode_tma_view(make_view(p, p.o, p.o_strides, rows_q, p.heads_q, kRowsPerWarpgroup, plan.tile), &kp.tma_o,
+                         error)) {
+      result.status = FLASH4_ERROR_CUDA;
+      result.message = "TMA descriptor for o: " + error;
+      return result;
+    }
+  }
   kp.o = p.o;
   kp.o_stride_batch = p.o_strides.batch;
   kp.o_stride_seq = p.o_strides.seq;

@@ -16,6 +16,11 @@ struct FwdKernelParams {
   CUtensorMap tma_q;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
+  // O with 64-row boxes (one consumer warpgroup's rows); encoded only when store_o_with_tma is set.
+  CUtensorMap tma_o;
+  // The epilogue stores O with TMA: fixed length (a varlen tile's overhang would write the next
+  // sequence's rows, which lie inside the map) and a tile config that stages O in shared memory.
+  int store_o_with_tma;
 
   void* o;
   int64_t o_stride_batch;  // elements; ignored in varlen mode

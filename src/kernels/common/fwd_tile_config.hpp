@@ -29,9 +29,15 @@ struct FwdTileConfig {
   FLASH4_HD constexpr int col_blocks() const { return head_dim / box_cols(); }
   FLASH4_HD constexpr int q_bytes() const { return block_m * head_dim * kElementBytes; }
   FLASH4_HD constexpr int kv_stage_bytes() const { return block_n * head_dim * kElementBytes; }
-  FLASH4_HD constexpr int smem_bytes() const {
+  FLASH4_HD constexpr int mainloop_smem_bytes() const {
     return kSmemAlignment + q_bytes() + 2 * stages * kv_stage_bytes() + kSmemBarrierBytes;
   }
+  // The epilogue stages O (block_m x head_dim, the size of Q) in shared memory for a TMA store where it
+  // fits beside the main loop's buffers: up to head dim 128. At 192 and 256 Q and the K/V ring already
+  // take 192 and 224 KiB, and the output is stored from registers.
+  FLASH4_HD constexpr int o_bytes() const { return q_bytes(); }
+  FLASH4_HD constexpr bool stages_output() const { return mainloop_smem_bytes() + o_bytes() <= kSmemBytesPerBlockMax; }
+  FLASH4_HD constexpr int smem_bytes() const { return mainloop_smem_bytes() + (stages_output() ? o_bytes() : 0); }
   FLASH4_HD constexpr int threads() const { return (1 + consumer_warpgroups) * kWarpgroupThreads; }
 };
 
@@ -56,6 +62,7 @@ FLASH4_HD constexpr FwdTileConfig fwd_tile_config(int head_dim) {
 #define FLASH4_CHECK_TILE(D)                                                                   \
   static_assert(fwd_tile_config(D).smem_bytes() <= kSmemBytesPerBlockMax, "smem over budget"); \
   static_assert(fwd_tile_config(D).head_dim % fwd_tile_config(D).box_cols() == 0, "head dim not a whole number of boxes");
+static_assert(fwd_tile_config(128).stages_output(), "D = 128 is meant to store O with TMA");
 FLASH4_CHECK_TILE(64)
 FLASH4_CHECK_TILE(96)
 FLASH4_CHECK_TILE(128)

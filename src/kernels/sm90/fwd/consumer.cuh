@@ -206,8 +206,9 @@ struct FwdConsumer {
       float inv_sum[2];
       float lse[2];
       softmax.finish(inv_sum, lse);
-      FwdEpilogue<Element, kHeadDim>::store(p, work, work.m0 + row_in_tile(), o, inv_sum, lse);
+      FwdEpilogue<Element, kHeadDim>::store(p, work, warpgroup, smem, work.m0 + row_in_tile(), o, inv_sum, lse);
     }
+    FwdEpilogue<Element, kHeadDim>::drain();
   }
 };
 

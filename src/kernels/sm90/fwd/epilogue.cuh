@@ -1,26 +1,134 @@
-// Writes one consumer warpgroup's 64 x D output rows and their LSE straight from registers, with row
-// predicates so that tile rows past the end of the sequence (and, in varlen mode, rows of the next
-// sequence) are never touched.
+// Writes one consumer warpgroup's 64 x D output rows and their LSE. Where the tile config stages O in
+// shared memory (head dim <= 128), O goes through it: out with a TMA store for fixed-length problems
+// (the store clips rows past the end of the sequence), with coalesced 16-byte row-predicated stores in
+// varlen mode. Otherwise, and for the LSE, straight from registers. Tile rows past the end of the
+// sequence (and, in varlen mode, rows of the next sequence) are never touched.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/common/fwd_params.hpp"
+#include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/tile_work.cuh"
+#include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/math.cuh"
+#include "kernels/sm90/ptx/sync.cuh"
+#include "kernels/sm90/ptx/tma.cuh"
 
 namespace flash4::sm90 {
+
+// Named barriers 3 and 4: the 128 threads of consumer warpgroup 0 / 1 around their O staging buffer
+// (1 and 2 are the ping-pong pair's).
+inline constexpr int kFwdEpilogueBarrierBase = 3;
 
 template <class Element, int kHeadDim>
 struct FwdEpilogue {
   static constexpr bool kIsBf16 = !std::is_same_v<Element, __half>;
+  using Layout = FwdSmemLayout<kHeadDim>;
+  static constexpr FwdTileConfig kCfg = Layout::kCfg;
+  static constexpr int kRows = 64;  // one consumer warpgroup's rows: the TMA box height
+  static constexpr int kSwizzle = kCfg.swizzle_bytes;
+  static constexpr int kBoxBytes = kRows * kSwizzle;
+
+  // The smem image of a TMA box with the 64- or 128-byte swizzle: 16-byte chunk index XOR the row bits
+  // above the swizzle width (byte-offset bits 7.. folded onto bits 4..).
+  __device__ __forceinline__ static uint32_t swizzled(uint32_t offset) {
+    return offset ^ (((offset >> 7) & (kSwizzle / 16 - 1)) << 4);
+  }
+
+  // O of this warpgroup -> its staging boxes -> global memory: one TMA store per box, issued by the
+  // warpgroup's first thread, for fixed-length problems; in varlen mode, 16-byte stores by all threads
+  // with a row predicate (a TMA box overhanging the sequence would write the next sequence's rows). The
+  // buffer is reused tile after tile: the first barrier orders this tile's writes after the previous
+  // tile's reads (the issuer first waits until its stores have read the buffer).
+  __device__ __forceinline__ static void store_staged(const FwdKernelParams& p, const TileWork& work, int warpgroup,
+                                                      char* smem, const float (&o)[kHeadDim / 2],
+                                                      const float (&inv_sum)[2]) {
+    const int lane = threadIdx.x % 32;
+    const int warp_in_group = (threadIdx.x / 32) % 4;
+    const int thread_in_group = threadIdx.x % kWarpgroupThreads;
+    const int barrier = kFwdEpilogueBarrierBase + warpgroup;
+    char* staging = smem + Layout::kOOffset + warpgroup * (kCfg.o_bytes() / 2);
+    if (thread_in_group == 0) bulk_wait_group_read_all();
+    named_barrier_sync(barrier, kWarpgroupThreads);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = warp_in_group * 16 + lane / 4 + 8 * i;
+#pragma unroll
+      for (int k = 0; k < kHeadDim / 8; ++k) {
+        const int col = 8 * k + 2 * (lane % 4);
+        *reinterpret_cast<uint32_t*>(staging + staged_offset(row, col)) =
+            pack_pair<kIsBf16>(o[4 * k + 2 * i] * inv_sum[i], o[4 * k + 2 * i + 1] * inv_sum[i]);
+      }
+    }
+    if (p.store_o_with_tma) fence_async_shared();  // the generic-proxy writes must be visible to the TMA store
+    named_barrier_sync(barrier, kWarpgroupThreads);
+    const int tile_row0 = work.m0 + warpgroup * kRows;  // within the sequence
+    if (p.store_o_with_tma) {
+      if (thread_in_group == 0) {
+#pragma unroll
+        for (int box = 0; box < kCfg.col_blocks(); ++box) {
+          tma_store_4d(&p.tma_o, staging + box * kBoxBytes, box * kCfg.box_cols(), work.q_row_base + tile_row0,
+                       work.head, work.tma_batch);
+        }
+        bulk_commit_group();
+      }
+      return;
+    }
+    constexpr int kChunksPerRow = kHeadDim * kElementBytes / 16;
+    Element* out = static_cast<Element*>(p.o) + (p.cu_seqlens_q ? 0 : int64_t(work.batch) * p.o_stride_batch) +
+                   int64_t(work.head) * p.o_stride_head;
+#pragma unroll 1  // unrolled, its addresses cost D = 96 a spill in the main loop
+    for (int index = thread_in_group; index < kRows * kChunksPerRow; index += kWarpgroupThreads) {
+      const int row = index / kChunksPerRow;
+      const int col = index % kChunksPerRow * 8;
+      if (tile_row0 + row >= work.seqlen_q) continue;
+      const uint4 chunk = *reinterpret_cast<const uint4*>(staging + staged_offset(row, col));
+      *reinterpret_cast<uint4*>(out + (int64_t(work.q_row_base) + tile_row0 + row) * p.o_stride_seq + col) = chunk;
+    }
+  }
+
+  // Byte offset of (row, col) of a warpgroup's O within its staging boxes.
+  __device__ __forceinline__ static uint32_t staged_offset(int row, int col) {
+    const int box = col / kCfg.box_cols();
+    return box * kBoxBytes + swizzled(row * kSwizzle + (col % kCfg.box_cols()) * kElementBytes);
+  }
+
+  // The last stores must have read shared memory before the CTA exits.
+  __device__ __forceinline__ static void drain() {
+    if (threadIdx.x % kWarpgroupThreads == 0) bulk_wait_group_all();
+  }
+
+  __device__ __forceinline__ static void store_lse(const FwdKernelParams& p, const TileWork& work, int row0,
+                                                   const float (&lse)[2]) {
+    if (p.lse == nullptr || threadIdx.x % 4 != 0) return;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row >= work.seqlen_q) continue;
+      const int64_t seq_row = int64_t(work.q_row_base) + row;
+      const int64_t index = p.cu_seqlens_q ? int64_t(work.head) * p.total_q + seq_row
+                                           : (int64_t(work.batch) * p.heads_q + work.head) * p.seqlen_q + row;
+      p.lse[index] = lse[i];
+    }
+  }
+
+  __device__ __forceinline__ static void store(const FwdKernelParams& p, const TileWork& work, int warpgroup, char* smem,
+                                               int row0, const float (&o)[kHeadDim / 2], const float (&inv_sum)[2],
+                                               const float (&lse)[2]) {
+    if constexpr (kCfg.stages_output()) {
+      store_staged(p, work, warpgroup, smem, o, inv_sum);
+    } else {
+      store_from_registers(p, work, row0, o, inv_sum);
+    }
+    store_lse(p, work, row0, lse);
+  }
 
   // o: the accumulator (o[4k + 2i + j] = row lane/4 + 8i, column 8k + 2(lane%4) + j); row0: this
   // thread's first row within the sequence.
-  __device__ __forceinline__ static void store(const FwdKernelParams& p, const TileWork& work, int row0,
-                                               const float (&o)[kHeadDim / 2], const float (&inv_sum)[2],
-                                               const float (&lse)[2]) {
+  __device__ __forceinline__ static void store_from_registers(const FwdKernelParams& p, const TileWork& work, int row0,
+                                                              const float (&o)[kHeadDim / 2], const float (&inv_sum)[2]) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -33,11 +141,6 @@ struct FwdEpilogue {
       for (int k = 0; k < kHeadDim / 8; ++k) {
         const uint32_t packed = pack_pair<kIsBf16>(o[4 * k + 2 * i] * inv_sum[i], o[4 * k + 2 * i + 1] * inv_sum[i]);
         *reinterpret_cast<uint32_t*>(out + 8 * k + 2 * (lane % 4)) = packed;
-      }
-      if (p.lse != nullptr && lane % 4 == 0) {
-        const int64_t index = p.cu_seqlens_q ? int64_t(work.head) * p.total_q + seq_row
-                                             : (int64_t(work.batch) * p.heads_q + work.head) * p.seqlen_q + row;
-        p.lse[index] = lse[i];
       }
     }
   }

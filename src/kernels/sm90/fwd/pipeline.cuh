@@ -14,9 +14,11 @@ struct FwdSmemLayout {
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kCfg.q_bytes();
   static constexpr int kVOffset = kKOffset + kCfg.stages * kCfg.kv_stage_bytes();
-  static constexpr int kBarrierOffset = kVOffset + kCfg.stages * kCfg.kv_stage_bytes();
+  static constexpr int kOOffset = kVOffset + kCfg.stages * kCfg.kv_stage_bytes();  // if kCfg.stages_output()
+  static constexpr int kBarrierOffset = kOOffset + (kCfg.stages_output() ? kCfg.o_bytes() : 0);
   static_assert(kKOffset % kSmemAlignment == 0 && kVOffset % kSmemAlignment == 0, "swizzle atoms need 1 KiB alignment");
   static_assert(kCfg.kv_stage_bytes() % kSmemAlignment == 0, "every K/V stage must start on a swizzle atom");
+  static_assert(kCfg.o_bytes() / 2 % kSmemAlignment == 0, "each warpgroup's O staging must start on a swizzle atom");
 };
 
 // One full/empty pair per buffer: the producer's TMA completes `full`, the consumers' arrivals
