@@ -21,6 +21,7 @@
 #include "kernels/sm90/bwd/tile_work.cuh"
 #include "kernels/sm90/ptx/math.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
+#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
 
@@ -134,7 +135,7 @@ struct BwdConsumer {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
-      const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + col);
+      const float2 lse = load_shared_float2(lse_log2 + col);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -155,7 +156,7 @@ struct BwdConsumer {
                                                          const float* dsum) {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
-      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * k + 2 * (lane() % 4));
+      const float2 d = load_shared_float2(dsum + 8 * k + 2 * (lane() % 4));
 #pragma unroll
       for (int r = 0; r < 4; ++r) dp[4 * k + r] = prob[4 * k + r] * (dp[4 * k + r] - (r % 2 == 0 ? d.x : d.y));
     }
@@ -173,8 +174,8 @@ struct BwdConsumer {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
-      const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + col);
-      const float2 d = *reinterpret_cast<const float2*>(dsum + col);
+      const float2 lse = load_shared_float2(lse_log2 + col);
+      const float2 d = load_shared_float2(dsum + col);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         float prob[2];
