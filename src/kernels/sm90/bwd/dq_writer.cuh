@@ -54,6 +54,12 @@ struct BwdDqWriter {
           bulk_reduce_add_f32(accum + row * kHeadDim, staging + row * kCfg.dq_row_floats(), kHeadDim * sizeof(float));
         }
         bulk_commit_group();
+        // The buffer goes back as soon as the copy engine has read it: in deterministic mode the wait for
+        // the adds to land (below) then overlaps the consumers' next step instead of delaying it.
+        bulk_wait_group_read_all();
+        __syncwarp();
+        // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
+        if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
         if (p.deterministic) {
           bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
           fence_async_global();
@@ -63,10 +69,6 @@ struct BwdDqWriter {
             store_release_gpu(semaphore, turn + 1);
           }
         }
-        bulk_wait_group_read_all();
-        __syncwarp();
-        // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
-        if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
       }
     }
   }
