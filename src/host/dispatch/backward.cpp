@@ -112,9 +112,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.head_dim = p.head_dim;
   kp.total_q = p.total_q;
   kp.max_seqlen_q = varlen ? p.max_seqlen_q : p.seqlen_q;
-  kp.max_seqlen_k = varlen ? p.max_seqlen_k : p.seqlen_k;
   kp.m_blocks_max = plan.m_blocks_max;
-  kp.n_blocks_max = plan.n_blocks_max;
   kp.cu_seqlens_q = p.cu_seqlens_q;
   kp.cu_seqlens_k = p.cu_seqlens_k;
   kp.has_softcap = p.softcap > 0.0f;

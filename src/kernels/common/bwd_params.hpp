@@ -53,10 +53,8 @@ struct BwdKernelParams {
   int heads_kv;
   int head_dim;
   int total_q;
-  int max_seqlen_q;  // fixed length: seqlen_q
-  int max_seqlen_k;
+  int max_seqlen_q;  // fixed length: seqlen_q (sizes the pre/postprocess grids)
   int m_blocks_max;  // ceil(max_seqlen_q / block_m): semaphores per (head, sequence)
-  int n_blocks_max;  // ceil(max_seqlen_k / block_n)
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
 

@@ -171,6 +171,17 @@ struct BwdConsumer {
                                                               uint32_t (&ds_frag)[kBlockM / 16][4], const float* lse_log2,
                                                               const float* dsum, const BwdKernelParams& p,
                                                               const MaskSpec& mask, int key0, int query0) {
+    // The mask as one bit per accumulator entry, computed before the pass: the mask's fields and
+    // coordinates then need no registers while the tanh temporaries do.
+    static_assert(kBlockM / 2 <= 32, "one visibility bit per accumulator entry");
+    uint32_t visible = ~0u;
+    if constexpr (kMasked) {
+#pragma unroll
+      for (int index = 0; index < kBlockM / 2; ++index) {
+        const int col = 8 * (index / 4) + 2 * (lane() % 4) + index % 2;
+        if (!key_visible(mask, query0 + col, key0 + 8 * (index / 2 % 2))) visible &= ~(1u << index);
+      }
+    }
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
@@ -186,7 +197,7 @@ struct BwdConsumer {
           const float t = tanh_approx(s[index] * p.softcap_prescale);
           prob[j] = ex2_approx(t * p.scale_log2 - (j == 0 ? lse.x : lse.y));
           if constexpr (kMasked) {
-            if (!key_visible(mask, query0 + col + j, key0 + 8 * i)) prob[j] = 0.0f;
+            if (!(visible >> index & 1u)) prob[j] = 0.0f;
           }
           ds[j] = prob[j] * (dp[index] - (j == 0 ? d.x : d.y)) * (1.0f - t * t);
         }
