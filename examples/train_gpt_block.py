@@ -145,7 +145,7 @@ def main():
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seqlen", type=int, default=256)
     parser.add_argument("--dim", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4, help="head dim = dim / heads (flash4's backward: 64 or 128)")
+    parser.add_argument("--heads", type=int, default=4, help="head dim = dim / heads (64, 96, 128, 192 or 256)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)

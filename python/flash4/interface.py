@@ -29,8 +29,8 @@ def flash_attn_func(
     bf16 or fp16 CUDA tensors, any strides with a contiguous last dimension (views of a packed qkv work),
     D in {64, 96, 128, 192, 256}, Hq a multiple of Hkv (GQA/MQA). softmax_scale defaults to 1/sqrt(D);
     softcap > 0 replaces each score s by softcap * tanh(s / softcap); deterministic=True asks the backward
-    for bit-identical gradients across runs. The backward (autograd) exists for D = 64 and 128; at other
-    head dims it raises Flash4Error with the library's FLASH4_ERROR_NO_KERNEL message.
+    for bit-identical gradients across runs. The backward (autograd) exists for every D; a (dtype, D) the
+    library was built without raises Flash4Error with the library's FLASH4_ERROR_NO_KERNEL message.
 
     Returns out (B, Sq, Hq, D), or (out, lse) with return_lse: lse (B, Hq, Sq) fp32, the natural-log
     sum of exp of each query row's scores (-inf for a fully masked row, whose out is 0). lse carries no

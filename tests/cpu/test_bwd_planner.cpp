@@ -78,8 +78,39 @@ TEST(BwdPlanner, CausalFoldsIntoTheRightWindowEdge) {
   EXPECT_EQ(plan.window_right, 0);
 }
 
-TEST(BwdPlanner, OnlyHeadDims64And128HaveKernels) {
-  for (int d : {64, 96, 128, 192, 256}) EXPECT_EQ(bwd_supports_head_dim(d), d == 64 || d == 128) << d;
+TEST(BwdPlanner, EveryForwardHeadDimHasABackward) {
+  for (int d : {64, 96, 128, 192, 256}) EXPECT_TRUE(bwd_supports_head_dim(d)) << d;
+  for (int d : {0, 32, 80, 112, 160, 512}) EXPECT_FALSE(bwd_supports_head_dim(d)) << d;
+}
+
+// Up to 128 the warpgroups split the keys (128 per CTA); above, the roles (64 keys per CTA, so twice the
+// CTAs); D = 96 pads its tiles to two whole 64-column boxes.
+TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
+  for (int d : {64, 96, 128}) {
+    const BwdTileConfig tile = bwd_tile_config(d);
+    EXPECT_EQ(tile.split, BwdSplit::kKeys) << d;
+    EXPECT_EQ(tile.block_n, 128) << d;
+    EXPECT_EQ(tile.dq_chunks(), 2) << d;
+    EXPECT_GT(tile.dq_stage_bytes(), 0) << d;
+    EXPECT_EQ(tile.probs_bytes(), 0) << d;
+  }
+  EXPECT_EQ(bwd_tile_config(96).tile_cols(), 128);
+  EXPECT_EQ(bwd_tile_config(96).q_bytes(), 64 * 128 * 2);
+  for (int d : {192, 256}) {
+    const BwdTileConfig tile = bwd_tile_config(d);
+    EXPECT_EQ(tile.split, BwdSplit::kRoles) << d;
+    EXPECT_EQ(tile.block_n, 64) << d;
+    EXPECT_EQ(tile.tile_cols(), d) << d;
+    EXPECT_EQ(tile.dq_chunks(), d / 64) << d;
+    EXPECT_EQ(tile.dq_stage_bytes(), 0) << d;
+    EXPECT_EQ(tile.probs_bytes(), 64 * 64 * 4) << d;
+    EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
+    EXPECT_GE(tile.probs_offset(), tile.ds_offset(0) + tile.ds_bytes()) << d;
+    EXPECT_GE(tile.barrier_offset(), tile.probs_offset() + tile.probs_bytes()) << d;
+  }
+  const BwdPlan plan = plan_backward(fixed_length(2, 100, 1000, 4, 4, 256));
+  EXPECT_EQ(plan.n_blocks_max, 16);  // ceil(1000 / 64)
+  EXPECT_EQ(plan.num_ctas, 16 * 2 * 4);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   if (launch == nullptr) {
     result.status = FLASH4_ERROR_NO_KERNEL;
     result.message = "no backward kernel for " + key.to_string() + " (built: " + built_bwd_kernels() +
-                     "); this release has backward kernels for head_dim 64 and 128 only";
+                     "); rebuild with this dtype and head dim in FLASH4_DTYPES / FLASH4_HEAD_DIMS";
     return result;
   }
   const BwdPlan plan = plan_backward(p);

@@ -1,9 +1,16 @@
 // The backward kernel's tile shape, shared-memory layout and workspace layout. Host (planner, workspace
 // size) and device (kernel) read the same constants.
 //
-// One CTA owns block_n = 128 keys of one (batch, kv head): each of its two consumer warpgroups holds the
-// dK and dV accumulators of 64 keys in registers for the whole loop over query blocks of block_m = 64
-// rows (and, under GQA, over every query head of the group, so dK/dV are summed in registers).
+// Two ways to share a CTA's work between its two consumer warpgroups, picked by head dim (BwdSplit):
+//  - split by keys (D <= 128): the CTA owns block_n = 128 keys; each warpgroup holds the dK and dV
+//    accumulators of its 64 keys (2 x head_dim / 2 registers per thread) and computes S^T, dP^T, dS^T
+//    for them;
+//  - split by roles (D = 192, 256): 64 x head_dim accumulators take head_dim / 2 registers per thread,
+//    so the pair cannot both live in one warpgroup. The CTA owns block_n = 64 keys; warpgroup 0 computes
+//    S^T -> P^T and holds dV, warpgroup 1 computes dP^T -> dS^T and holds dK, P crossing through shared
+//    memory; dQ is split into 64-column chunks between them.
+// Either way the loop runs over query blocks of block_m = 64 rows (and, under GQA, over every query head
+// of the group, so dK/dV are summed in registers).
 #pragma once
 
 #include "kernels/common/fwd_tile_config.hpp"
@@ -11,34 +18,54 @@
 
 namespace flash4 {
 
+enum class BwdSplit { kKeys, kRoles };
+
 struct BwdTileConfig {
   int head_dim;
+  BwdSplit split = BwdSplit::kKeys;
   int block_m = 64;   // query rows per step: the N of S^T = K Q^T, kept at 64 so S^T and dP^T are 32 registers each
-  int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M)
+  int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M) when split by keys
   int stages = 2;     // Q / dO / LSE / D stages in flight
   int consumer_warpgroups = 2;
   // 128-byte swizzle: a 64-column box of a 16-bit tile is exactly one swizzle row.
   int swizzle_bytes = 128;
 
   FLASH4_HD constexpr int box_cols() const { return swizzle_bytes / kElementBytes; }
-  FLASH4_HD constexpr int col_blocks() const { return head_dim / box_cols(); }
-  FLASH4_HD constexpr int keys_per_warpgroup() const { return block_n / consumer_warpgroups; }
-  // dQ = dS K is split by columns: each warpgroup computes head_dim / 2 of them over all block_n keys.
-  FLASH4_HD constexpr int dq_cols_per_warpgroup() const { return head_dim / consumer_warpgroups; }
+  // Columns of a tile in shared memory: head_dim rounded up to whole 64-column boxes. At D = 96 the
+  // second box's last 32 columns lie past the tensor and TMA fills them with zeros; the products over
+  // head_dim never read them, dQ's second half multiplies them (zero) and is not staged.
+  FLASH4_HD constexpr int tile_cols() const { return (head_dim + box_cols() - 1) / box_cols() * box_cols(); }
+  FLASH4_HD constexpr int col_blocks() const { return tile_cols() / box_cols(); }
+  FLASH4_HD constexpr int keys_per_warpgroup() const { return split == BwdSplit::kKeys ? block_n / consumer_warpgroups : block_n; }
+  // Split by keys, dQ = dS K is split by columns: each warpgroup computes tile_cols / 2 of them over all
+  // block_n keys. Split by roles, the warpgroups take turns over 64-column chunks.
+  FLASH4_HD constexpr int dq_cols_per_warpgroup() const {
+    return split == BwdSplit::kKeys ? tile_cols() / consumer_warpgroups : box_cols();
+  }
+  FLASH4_HD constexpr int dq_chunks() const { return tile_cols() / dq_cols_per_warpgroup(); }
 
-  FLASH4_HD constexpr int kv_bytes() const { return block_n * head_dim * kElementBytes; }      // K or V
-  FLASH4_HD constexpr int q_bytes() const { return block_m * head_dim * kElementBytes; }       // Q or dO
+  FLASH4_HD constexpr int kv_bytes() const { return block_n * tile_cols() * kElementBytes; }   // K or V
+  FLASH4_HD constexpr int q_bytes() const { return block_m * tile_cols() * kElementBytes; }    // Q or dO
   FLASH4_HD constexpr int row_stat_bytes() const { return block_m * int(sizeof(float)); }      // LSE or D
   FLASH4_HD constexpr int stage_bytes() const { return 2 * q_bytes() + 2 * row_stat_bytes(); }  // TMA bytes
   FLASH4_HD constexpr int stage_stride() const { return round_up_to_alignment(stage_bytes()); }
   FLASH4_HD constexpr int ds_bytes() const { return block_n * block_m * kElementBytes; }
-  // fp32 dQ staging rows, padded by 8 floats: the float2 stores of a half warp (4 rows x 4 lanes) then hit
-  // 32 distinct banks.
+  // Split by keys, two dS^T buffers alternate with the stages; split by roles one suffices (the
+  // warpgroups' barriers order every write after the previous step's reads).
+  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kKeys ? 2 : 1; }
+  // Split by roles: P (fp32, in warpgroup 0's accumulator order) handed to warpgroup 1 for dS.
+  FLASH4_HD constexpr int probs_bytes() const {
+    return split == BwdSplit::kRoles ? block_n * block_m * int(sizeof(float)) : 0;
+  }
+  // fp32 dQ staging rows (split by keys only: split by roles, dQ is reduce-added from registers), padded
+  // by 8 floats: the float2 stores of a half warp (4 rows x 4 lanes) then hit 32 distinct banks.
   FLASH4_HD constexpr int dq_row_floats() const { return head_dim + 8; }
-  FLASH4_HD constexpr int dq_stage_bytes() const { return block_m * dq_row_floats() * int(sizeof(float)); }
+  FLASH4_HD constexpr int dq_stage_bytes() const {
+    return split == BwdSplit::kKeys ? block_m * dq_row_floats() * int(sizeof(float)) : 0;
+  }
 
-  // Layout (offsets from the 1 KiB-aligned base): K, V, the Q/dO/LSE/D stages, two dS buffers, dQ staging,
-  // barriers. Every tile that wgmma or TMA reads with a swizzle starts on a 1 KiB boundary.
+  // Layout (offsets from the 1 KiB-aligned base): K, V, the Q/dO/LSE/D stages, the dS^T buffers, P or
+  // the dQ staging, barriers. Every tile that wgmma or TMA reads with a swizzle starts on a 1 KiB boundary.
   FLASH4_HD constexpr int k_offset() const { return 0; }
   FLASH4_HD constexpr int v_offset() const { return k_offset() + kv_bytes(); }
   FLASH4_HD constexpr int stage_offset(int stage) const { return v_offset() + kv_bytes() + stage * stage_stride(); }
@@ -49,7 +76,8 @@ struct BwdTileConfig {
   FLASH4_HD constexpr int ds_offset(int buffer) const {
     return round_up_to_alignment(stage_offset(stages)) + buffer * ds_bytes();
   }
-  FLASH4_HD constexpr int dq_offset() const { return ds_offset(2); }
+  FLASH4_HD constexpr int probs_offset() const { return ds_offset(ds_buffers()); }
+  FLASH4_HD constexpr int dq_offset() const { return probs_offset() + probs_bytes(); }
   FLASH4_HD constexpr int barrier_offset() const { return dq_offset() + dq_stage_bytes(); }
   FLASH4_HD constexpr int smem_bytes() const { return kSmemAlignment + barrier_offset() + kSmemBarrierBytes; }
   FLASH4_HD constexpr int threads() const { return (1 + consumer_warpgroups) * kWarpgroupThreads; }
@@ -59,20 +87,35 @@ struct BwdTileConfig {
   }
 };
 
-// Head dims with a backward kernel: the dK + dV accumulators of 64 keys take head_dim registers per
-// thread, which leaves room for S^T, dP^T and the dQ slice only up to 128. 96 is left out because its
-// 64-byte swizzle does not split dQ's columns evenly between the two warpgroups.
-FLASH4_HD constexpr bool bwd_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+// Head dims with a backward kernel: every head dim the forward has.
+FLASH4_HD constexpr bool bwd_supports_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+}
 
+// Split by keys while the dK + dV accumulators of 64 keys (head_dim registers per thread) leave room for
+// S^T, dP^T and the dQ slice: up to 128. Above, split by roles over 64 keys: at 256, K + V (64 KiB), two
+// stages of Q + dO (130 KiB), dS^T (8 KiB) and P (16 KiB) take 218 KiB.
 FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
   BwdTileConfig cfg{};
   cfg.head_dim = head_dim;
+  if (head_dim > 128) {
+    cfg.split = BwdSplit::kRoles;
+    cfg.block_n = 64;
+  }
   return cfg;
 }
 
-static_assert(bwd_tile_config(128).smem_bytes() <= kSmemBytesPerBlockMax, "backward smem over budget at D=128");
-static_assert(bwd_tile_config(64).q_bytes() % kSmemAlignment == 0, "dO must start on a swizzle atom");
-static_assert(bwd_tile_config(64).dq_row_floats() * 4 % 16 == 0, "bulk reductions need 16-byte aligned staging rows");
+#define FLASH4_CHECK_BWD_TILE(D)                                                                            \
+  static_assert(bwd_tile_config(D).smem_bytes() <= kSmemBytesPerBlockMax, "backward smem over budget");     \
+  static_assert(bwd_tile_config(D).q_bytes() % kSmemAlignment == 0, "dO must start on a swizzle atom");     \
+  static_assert(bwd_tile_config(D).dq_row_floats() * 4 % 16 == 0, "bulk reductions need 16-byte rows");   \
+  static_assert(bwd_tile_config(D).tile_cols() % bwd_tile_config(D).dq_cols_per_warpgroup() == 0, "dQ chunks");
+FLASH4_CHECK_BWD_TILE(64)
+FLASH4_CHECK_BWD_TILE(96)
+FLASH4_CHECK_BWD_TILE(128)
+FLASH4_CHECK_BWD_TILE(192)
+FLASH4_CHECK_BWD_TILE(256)
+#undef FLASH4_CHECK_BWD_TILE
 
 // Workspace rows: the per-head fp32 arrays (dQ accumulator, LSE in log2 units, D = rowsum(dO * O)) give
 // every sequence block_m padding rows after its last, so that a query block never needs a bounds check,

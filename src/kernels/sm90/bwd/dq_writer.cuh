@@ -19,13 +19,6 @@ struct BwdDqWriter {
   static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
   static constexpr int kBlockM = kCfg.block_m;
 
-  // Deterministic mode: this CTA's position among the key blocks that add into query block `m_block`
-  // (the lowest key block adds first).
-  __device__ __forceinline__ static int dq_turn(const BwdKernelParams& p, const BwdTileWork& work, int m_block) {
-    const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-    return work.n_block - key_block_range(mask, m_block * kBlockM, kBlockM, kCfg.block_n).begin;
-  }
-
   __device__ static void run(const BwdKernelParams& p, const BwdTileWork& work, const char* smem) {
     const int steps = work.num_steps();
     if (steps == 0) return;
@@ -36,16 +29,10 @@ struct BwdDqWriter {
     int step = 0;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.begin; m_block < work.queries.end; ++m_block, ++step) {
-        float* accum = p.dq_accum + (head * p.rows_per_head + work.workspace_row0 + m_block * kBlockM) * kHeadDim;
-        int* semaphore = nullptr;
-        int turn = 0;
-        if (p.deterministic) {
-          turn = dq_turn(p, work, m_block);
-          semaphore = p.dq_semaphores + (int64_t(head) * p.batch + work.batch) * p.m_blocks_max + m_block;
-          if (lane == 0) {
-            while (load_acquire_gpu(semaphore) != turn) {
-            }
-          }
+        float* accum = dq_accum_rows<kHeadDim>(p, work, head, m_block);
+        const DqTurn turn = dq_turn<kHeadDim>(p, work, head, m_block);
+        if (turn.semaphore != nullptr) {
+          if (lane == 0) spin_until_acquire_gpu(turn.semaphore, turn.turn);
           __syncwarp();
           fence_async_global();  // the reduce-adds below come after the predecessor's, seen through the flag
         }
@@ -60,13 +47,13 @@ struct BwdDqWriter {
         __syncwarp();
         // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
         if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
-        if (p.deterministic) {
+        if (turn.semaphore != nullptr) {
           bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
           fence_async_global();
           __syncwarp();
           if (lane == 0) {
             __threadfence();
-            store_release_gpu(semaphore, turn + 1);
+            store_release_gpu(turn.semaphore, turn.turn + 1);
           }
         }
       }

@@ -1,12 +1,14 @@
-// The main backward kernel: warpgroup 0 produces (one thread issues the loads, warp 1 writes dQ, the
-// warpgroup gives its registers to the consumers), warpgroups 1 and 2 consume. One CTA per (key block, sequence, kv head),
-// launched in the order of tile_work.cuh.
+// The main backward kernel: warpgroup 0 produces (one thread issues the loads, warp 1 writes dQ when the
+// consumers split by keys, the warpgroup gives its registers to the consumers), warpgroups 1 and 2
+// consume (consumer.cuh or consumer_roles.cuh, by the head dim's BwdSplit). One CTA per (key block,
+// sequence, kv head), launched in the order of tile_work.cuh.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/consumer.cuh"
+#include "kernels/sm90/bwd/consumer_roles.cuh"
 #include "kernels/sm90/bwd/dq_writer.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/producer.cuh"
@@ -28,13 +30,13 @@ template <class Element, int kHeadDim, bool kSoftcap>
 __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
-  static_assert(kCfg.consumer_warpgroups == 2, "dQ's column split is written for two consumer warpgroups");
+  static_assert(kCfg.consumer_warpgroups == 2, "both consumers are written for two warpgroups");
   constexpr int kRegistersAtLaunch = (65536 / kCfg.threads()) / 8 * 8;
   static_assert(kBwdProducerRegisters * kWarpgroupThreads + kBwdConsumerRegisters * 2 * kWarpgroupThreads <=
                     kRegistersAtLaunch * kCfg.threads(),
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
-  const BwdTileWork work = resolve_bwd_tile(params, blockIdx.x);
+  const BwdTileWork work = resolve_bwd_tile<kHeadDim>(params, blockIdx.x);
   if (!work.has_keys()) return;  // a varlen sequence shorter than this key block: nothing to write
 
   extern __shared__ char smem_raw[];
@@ -68,12 +70,17 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     if (warp == kBwdLoaderWarp) {
       if (threadIdx.x % 32 == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
     } else if (warp == kBwdDqWriterWarp) {
-      BwdDqWriter<kHeadDim>::run(params, *shared_work, smem);
+      if constexpr (kCfg.split == BwdSplit::kKeys) BwdDqWriter<kHeadDim>::run(params, *shared_work, smem);
     }
   } else {
     warpgroup_claim_registers<kBwdConsumerRegisters>();
-    BwdConsumer<Element, kHeadDim> consumer{warpgroup - 1, smem, bars};
-    consumer.template run<kSoftcap>(params, *shared_work);
+    if constexpr (kCfg.split == BwdSplit::kKeys) {
+      BwdConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
+      consumer.template run<kSoftcap>(params, *shared_work);
+    } else {
+      BwdRolesConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
+      consumer.template run<kSoftcap>(params, *shared_work);
+    }
   }
 }
 

@@ -16,13 +16,19 @@ struct BwdBarriers {
   uint64_t stage_empty[kStages];  // one arrival per consumer warp
 };
 
-// Named barriers (id 0 is __syncthreads). kDsReady is among the two consumer warpgroups; the dQ pair is
-// the hand-off between the consumers and the dQ writer warp (consumers sync on kDqEmpty and arrive on
-// kDqFull, the writer the other way round), so no consumer ever waits for a reduce-add to be issued.
+// Named barriers (id 0 is __syncthreads).
+//  - Split by keys: kDsReady is among the two consumer warpgroups; the dQ pair is the hand-off between
+//    the consumers and the dQ writer warp (consumers sync on kDqEmpty and arrive on kDqFull, the writer
+//    the other way round), so no consumer ever waits for a reduce-add to be issued.
+//  - Split by roles: warpgroup 0 arrives on kProbsReady and warpgroup 1 syncs on it; warpgroup 1 arrives
+//    on kDsReady and warpgroup 0 syncs on it. Deterministic mode adds the dQ turn barriers.
 enum class BwdBarrierId : int {
-  kDsReady = 1,  // both halves of dS^T are in shared memory
-  kDqFull = 2,   // both column halves of dQ are in the staging buffer
-  kDqEmpty = 3,  // the writer's reduce-adds have read the staging buffer: it may be overwritten
+  kDsReady = 1,     // dS^T is complete in shared memory
+  kDqFull = 2,      // both column halves of dQ are in the staging buffer
+  kDqEmpty = 3,     // the writer's reduce-adds have read the staging buffer: it may be overwritten
+  kProbsReady = 4,  // P is in shared memory for warpgroup 1
+  kDqTurn = 5,      // 5 + warpgroup: the warpgroup's first thread saw this CTA's turn to add dQ
+  kDqAdded = 7,     // both warpgroups' dQ reductions of the step are issued and fenced
 };
 inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
 inline constexpr int kBwdDqHandoffThreads = kBwdConsumerThreads + 32;  // the consumers plus the writer warp

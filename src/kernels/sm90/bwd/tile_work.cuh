@@ -36,9 +36,10 @@ struct BwdTileWork {
   __device__ __forceinline__ int num_steps() const { return queries.count() * group_size; }
 };
 
+template <int kHeadDim>
 __device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p, int linear) {
-  constexpr int kBlockM = 64;
-  constexpr int kBlockN = 128;
+  constexpr int kBlockM = bwd_tile_config(kHeadDim).block_m;
+  constexpr int kBlockN = bwd_tile_config(kHeadDim).block_n;
   const int sequences_heads = p.batch * p.heads_kv;
   BwdTileWork work;
   work.n_block = linear / sequences_heads;
@@ -58,6 +59,29 @@ __device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
   work.queries = work.has_keys() ? query_block_range(mask, work.n0, kBlockN, kBlockM) : QueryBlockRange{0, 0, 0, 0};
   return work;
+}
+
+// Deterministic mode: the semaphore that counts the key blocks whose dQ adds into (head, m_block) are
+// done, and this CTA's turn among them (the lowest key block adds first). A null semaphore outside
+// deterministic mode.
+struct DqTurn {
+  int* semaphore;
+  int turn;
+};
+template <int kHeadDim>
+__device__ __forceinline__ DqTurn dq_turn(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
+  constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  if (!p.deterministic) return DqTurn{nullptr, 0};
+  const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+  return DqTurn{p.dq_semaphores + (int64_t(head) * p.batch + work.batch) * p.m_blocks_max + m_block,
+                work.n_block - key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).begin};
+}
+
+// The first of query block `m_block`'s rows in the fp32 dQ accumulator of query head `head`.
+template <int kHeadDim>
+__device__ __forceinline__ float* dq_accum_rows(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
+  return p.dq_accum +
+         (head * p.rows_per_head + work.workspace_row0 + m_block * bwd_tile_config(kHeadDim).block_m) * kHeadDim;
 }
 
 }  // namespace flash4::sm90

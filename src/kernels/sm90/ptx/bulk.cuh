@@ -44,6 +44,10 @@ __device__ __forceinline__ int load_acquire_gpu(const int* flag) {
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
   return value;
 }
+__device__ __forceinline__ void spin_until_acquire_gpu(const int* flag, int value) {
+  while (load_acquire_gpu(flag) != value) {
+  }
+}
 __device__ __forceinline__ void store_release_gpu(int* flag, int value) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
 }

@@ -16,4 +16,18 @@ __device__ __forceinline__ float2 load_shared_float2(const float* pointer) {
   return value;
 }
 
+__device__ __forceinline__ float4 load_shared_float4(const float* pointer) {
+  float4 value;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))));
+  return value;
+}
+
+__device__ __forceinline__ void store_shared_float4(float* pointer, float4 value) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))),
+               "f"(value.x), "f"(value.y), "f"(value.z), "f"(value.w)
+               : "memory");
+}
+
 }  // namespace flash4::sm90

@@ -1,0 +1,185 @@
+// The pieces both backward consumers (consumer.cuh: split by keys, consumer_roles.cuh: split by roles)
+// are built from: the wgmma issues of the five products, the accumulator <-> fragment conversions, the
+// softmax-gradient element math and the dK / dV stores. Every product is 64 rows (the wgmma M) of one
+// warpgroup; tiles are stored as 64-column boxes with the 128-byte swizzle (bwd_tile_config.hpp).
+#pragma once
+
+#include <type_traits>
+
+#include "kernels/common/bwd_params.hpp"
+#include "kernels/common/mask.hpp"
+#include "kernels/sm90/bwd/pipeline.cuh"
+#include "kernels/sm90/bwd/tile_work.cuh"
+#include "kernels/sm90/ptx/math.cuh"
+#include "kernels/sm90/ptx/mbarrier.cuh"
+#include "kernels/sm90/ptx/shared.cuh"
+#include "kernels/sm90/ptx/wgmma.cuh"
+
+namespace flash4::sm90 {
+
+template <class Element, int kHeadDim>
+struct BwdConsumerOps {
+  static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  // For offsets with a run-time argument (a static constexpr object has no device-side storage).
+  __device__ __forceinline__ static constexpr BwdTileConfig cfg() { return bwd_tile_config(kHeadDim); }
+  static constexpr bool kIsBf16 = !std::is_same_v<Element, __half>;
+  static constexpr int kBlockM = kCfg.block_m;
+  static constexpr int kDqCols = kCfg.dq_cols_per_warpgroup();
+  static constexpr int kSwizzle = kCfg.swizzle_bytes;
+  static constexpr uint32_t kCoreGroupBytes = 8 * kSwizzle;  // 8 rows of one swizzle atom
+  static constexpr int kStepsPerBox = kSwizzle / 32;         // k16 steps (32 bytes) per swizzle row
+  static_assert(kBlockM * kElementBytes == kSwizzle, "a dS^T row (block_m queries) must be one swizzle row");
+
+  using MmaScores = WgmmaSS<kBlockM, kIsBf16>;   // S^T, dP^T: 64 keys x 64 queries
+  using MmaGrad = WgmmaRS<kHeadDim, kIsBf16>;    // dV, dK: 64 keys x head_dim
+  using MmaDq = WgmmaSS<kDqCols, kIsBf16>;       // dQ: 64 queries x one warpgroup's columns
+
+  using Scores = float[kBlockM / 2];               // a 64 x 64 accumulator
+  using Fragments = uint32_t[kBlockM / 16][4];     // the same as bf16/fp16 A fragments, one per k16 step
+  using Gradient = float[kHeadDim / 2];            // a 64 x head_dim accumulator (dK or dV)
+  using DqSlice = float[kDqCols / 2];              // a 64 x kDqCols accumulator
+
+  __device__ __forceinline__ static int lane() { return threadIdx.x % 32; }
+  __device__ __forceinline__ static int warp_in_group() { return (threadIdx.x / 32) % 4; }
+  // This thread's first accumulator row within a 64-row wgmma tile (its second is 8 below).
+  __device__ __forceinline__ static int fragment_row() { return warp_in_group() * 16 + lane() / 4; }
+
+  __device__ __forceinline__ static void release(uint64_t* barrier) {
+    __syncwarp();
+    if (lane() == 0) mbarrier_arrive(barrier);
+  }
+
+  // acc (64 rows x 64 cols) = A_rows B^T with A, B K-major tiles of head_dim columns stored as 64-column
+  // boxes: A = the 64 rows from key_row0 of a block_n-row tile (K or V), B = a block_m-row tile (Q or dO).
+  __device__ __forceinline__ static void issue_scores(Scores& acc, const char* keys_tile, int key_row0,
+                                                      const char* query_tile) {
+    const uint64_t a_desc =
+        make_smem_descriptor(keys_tile + key_row0 * kSwizzle, 16, kCoreGroupBytes, SmemSwizzle::k128B);
+    const uint64_t b_desc = make_smem_descriptor(query_tile, 16, kCoreGroupBytes, SmemSwizzle::k128B);
+#pragma unroll
+    for (int step = 0; step < kHeadDim / 16; ++step) {
+      const int box = step / kStepsPerBox;
+      const uint32_t in_row = (step % kStepsPerBox) * 32;
+      MmaScores::template run<false>(acc, advance_descriptor(a_desc, box * kCfg.block_n * kSwizzle + in_row),
+                                     advance_descriptor(b_desc, box * kBlockM * kSwizzle + in_row), step > 0);
+    }
+  }
+
+  // acc (64 keys x head_dim) += frag (64 keys x 64 queries, registers) * tile (64 queries x head_dim, read
+  // MN-major: its rows are the K dimension).
+  __device__ __forceinline__ static void issue_gradient(Gradient& acc, const Fragments& frag, const char* query_tile) {
+    const uint64_t desc = make_smem_descriptor(query_tile, kBlockM * kSwizzle, kCoreGroupBytes, SmemSwizzle::k128B);
+#pragma unroll
+    for (int step = 0; step < kBlockM / 16; ++step) {
+      MmaGrad::template run<true>(acc, frag[step], advance_descriptor(desc, step * 16 * kSwizzle), 1);
+    }
+  }
+
+  // dq (64 queries x kDqCols) = dS (read MN-major from the dS^T buffer) * K[:, col0 ...] (read MN-major:
+  // its rows are the K dimension, the block_n keys). col0 is a multiple of kDqCols, so the slice never
+  // straddles a box boundary it does not start on.
+  __device__ __forceinline__ static void issue_dq(DqSlice& dq, const char* smem, const char* ds_tile, int col0) {
+    const char* k_cols = smem + kCfg.k_offset() + (col0 / kCfg.box_cols()) * kCfg.block_n * kSwizzle +
+                         (col0 % kCfg.box_cols()) * kElementBytes;
+    const uint64_t a_desc = make_smem_descriptor(ds_tile, kCfg.block_n * kSwizzle, kCoreGroupBytes, SmemSwizzle::k128B);
+    const uint64_t b_desc = make_smem_descriptor(k_cols, kCfg.block_n * kSwizzle, kCoreGroupBytes, SmemSwizzle::k128B);
+#pragma unroll
+    for (int step = 0; step < kCfg.block_n / 16; ++step) {
+      const uint32_t rows = step * 16 * kSwizzle;
+      MmaDq::template run<true, true>(dq, advance_descriptor(a_desc, rows), advance_descriptor(b_desc, rows), step > 0);
+    }
+  }
+
+  // Accumulator (64 x 64, fp32) -> A fragments of a k16 step: rows stay, columns 16 step .. 16 step + 15.
+  __device__ __forceinline__ static void to_fragments(const Scores& acc, Fragments& frag) {
+#pragma unroll
+    for (int step = 0; step < kBlockM / 16; ++step) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) frag[step][r] = pack_pair<kIsBf16>(acc[8 * step + 2 * r], acc[8 * step + 2 * r + 1]);
+    }
+  }
+
+  // Writes 64 rows of dS^T (bf16 pairs of adjacent queries) from key_row0 into the block_n x 64 buffer,
+  // 128-byte rows with the 128-byte swizzle (16-byte chunk index XOR row % 8), as wgmma reads it.
+  __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
+#pragma unroll
+    for (int step = 0; step < kBlockM / 16; ++step) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = key_row0 + fragment_row() + 8 * (r % 2);
+        const int chunk = 2 * step + r / 2;  // 8-query column block
+        const int offset = key * kSwizzle + ((chunk ^ (key % 8)) << 4) + 4 * (lane() % 4);
+        *reinterpret_cast<uint32_t*>(ds_tile + offset) = frag[step][r];
+      }
+    }
+  }
+
+  // P^T = exp2(S^T scale_log2 - LSE), in place in s; masked entries 0. Padding rows have LSE = +inf and
+  // so P = 0 there too.
+  template <bool kMasked>
+  __device__ __forceinline__ static void probabilities(Scores& s, const float* lse_log2, const BwdKernelParams& p,
+                                                       const MaskSpec& mask, int key0, int query0) {
+#pragma unroll
+    for (int k = 0; k < kBlockM / 8; ++k) {
+      const int col = 8 * k + 2 * (lane() % 4);
+      const float2 lse = load_shared_float2(lse_log2 + col);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int index = 4 * k + 2 * i + j;
+          float prob = ex2_approx(s[index] * p.scale_log2 - (j == 0 ? lse.x : lse.y));
+          if constexpr (kMasked) {
+            if (!key_visible(mask, query0 + col + j, key0 + 8 * i)) prob = 0.0f;
+          }
+          s[index] = prob;
+        }
+      }
+    }
+  }
+
+  // The mask as one bit per accumulator entry (bit index = accumulator index), for passes that need
+  // their registers for other temporaries.
+  __device__ __forceinline__ static uint32_t visibility_bits(const MaskSpec& mask, int key0, int query0) {
+    static_assert(kBlockM / 2 <= 32, "one visibility bit per accumulator entry");
+    uint32_t visible = ~0u;
+#pragma unroll
+    for (int index = 0; index < kBlockM / 2; ++index) {
+      const int col = 8 * (index / 4) + 2 * (lane() % 4) + index % 2;
+      if (!key_visible(mask, query0 + col, key0 + 8 * (index / 2 % 2))) visible &= ~(1u << index);
+    }
+    return visible;
+  }
+
+  // dS^T = P^T (dP^T - D), in place in dp (zero wherever P is).
+  __device__ __forceinline__ static void score_gradients(Scores& dp, const Scores& prob, const float* dsum) {
+#pragma unroll
+    for (int k = 0; k < kBlockM / 8; ++k) {
+      const float2 d = load_shared_float2(dsum + 8 * k + 2 * (lane() % 4));
+#pragma unroll
+      for (int r = 0; r < 4; ++r) dp[4 * k + r] = prob[4 * k + r] * (dp[4 * k + r] - (r % 2 == 0 ? d.x : d.y));
+    }
+  }
+
+  // One 64 x head_dim accumulator (dK or dV) times `scale` into the rows of the keys from key_row0 of the
+  // CTA's block; rows past the sequence are not written.
+  __device__ __forceinline__ static void store_key_rows(void* base, const TensorStrides& strides, const BwdKernelParams& p,
+                                                        const BwdTileWork& work, int key_row0, const Gradient& acc,
+                                                        float scale) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int key = work.n0 + key_row0 + fragment_row() + 8 * i;
+      if (key >= work.seqlen_k) continue;
+      const int64_t seq_row = int64_t(work.k_row_base) + key;
+      const int64_t batch = p.cu_seqlens_q ? 0 : int64_t(work.batch) * strides.batch;
+      Element* row = static_cast<Element*>(base) + batch + seq_row * strides.seq + int64_t(work.head_kv) * strides.head;
+#pragma unroll
+      for (int k = 0; k < kHeadDim / 8; ++k) {
+        const int col = 8 * k + 2 * (lane() % 4);
+        *reinterpret_cast<uint32_t*>(row + col) = pack_pair<kIsBf16>(acc[4 * k + 2 * i] * scale, acc[4 * k + 2 * i + 1] * scale);
+      }
+    }
+  }
+};
+
+}  // namespace flash4::sm90
