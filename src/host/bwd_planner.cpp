@@ -16,7 +16,11 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   const int rows_q = varlen ? params.max_seqlen_q : params.seqlen_q;
   const int rows_k = varlen ? params.max_seqlen_k : params.seqlen_k;
   plan.m_blocks_max = (rows_q + plan.tile.block_m - 1) / plan.tile.block_m;
+  // Paired CTAs: a whole number of pairs per (sequence, kv head); a pair's second key block may lie past
+  // the keys (it then runs masked beside its partner).
+  const int cluster = plan.tile.cluster_ctas;
   plan.n_blocks_max = (rows_k + plan.tile.block_n - 1) / plan.tile.block_n;
+  plan.n_blocks_max = (plan.n_blocks_max + cluster - 1) / cluster * cluster;
   plan.num_ctas = plan.n_blocks_max * params.batch * params.heads_kv;
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;

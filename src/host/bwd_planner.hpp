@@ -23,7 +23,7 @@ struct BwdWorkspaceLayout {
 struct BwdPlan {
   BwdTileConfig tile;
   int m_blocks_max = 0;  // query blocks of the longest sequence
-  int n_blocks_max = 0;  // key blocks of the longest sequence
+  int n_blocks_max = 0;  // key blocks of the longest sequence (rounded up to whole clusters)
   int num_ctas = 0;      // one CTA per (key block, sequence, kv head)
   long long rows_per_head = 0;
   int window_left = -1;  // effective window after folding causal in

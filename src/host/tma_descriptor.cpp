@@ -41,7 +41,9 @@ bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error) 
   const cuuint32_t box[4] = {view.box_cols, view.box_rows, 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUtensorMapSwizzle swizzle =
-      view.swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+      view.swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+      : view.swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                 : CU_TENSOR_MAP_SWIZZLE_NONE;
   // Out-of-bounds rows (tails past seqlen) are filled with zeros, which the masks then ignore.
   const CUresult result = encode(map, view.element_type, 4, const_cast<void*>(view.base), extent, strides, box,
                                  element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
@@ -68,6 +70,23 @@ TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols,
   view.box_cols = uint32_t(box_cols);
   view.box_rows = uint32_t(box_rows);
   view.swizzle_bytes = swizzle_bytes;
+  return view;
+}
+
+TmaView make_dq_accum_view(const float* base, int head_dim, long long rows_per_head, int heads, int box_rows,
+                           int box_cols) {
+  constexpr int kBytes = int(sizeof(float));
+  TmaView view;
+  view.base = base;
+  view.element_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  view.element_bytes = kBytes;
+  view.extent = {uint64_t(head_dim), uint64_t(rows_per_head), uint64_t(heads), 1};
+  const uint64_t row_bytes = uint64_t(head_dim) * kBytes;
+  const uint64_t head_bytes = uint64_t(rows_per_head) * row_bytes;
+  view.stride_bytes = {row_bytes, head_bytes, head_bytes};  // the single batch slice's stride is never used
+  view.box_cols = uint32_t(box_cols);
+  view.box_rows = uint32_t(box_rows);
+  view.swizzle_bytes = 0;
   return view;
 }
 

@@ -16,9 +16,9 @@ struct TmaView {
   int element_bytes;
   std::array<uint64_t, 4> extent;        // elements: head_dim, seq, heads, batch
   std::array<uint64_t, 3> stride_bytes;  // of dims 1..3 (dim 0 is contiguous)
-  uint32_t box_cols;                     // innermost box width (swizzle width / element size)
+  uint32_t box_cols;                     // innermost box width (swizzle width / element size when swizzled)
   uint32_t box_rows;
-  int swizzle_bytes;                     // 64 or 128
+  int swizzle_bytes;                     // 128, 64, or 0 (unswizzled)
 };
 
 // The 4-D view of one attention operand, (batch, seq, head, dim) with dim contiguous. In varlen mode the
@@ -36,6 +36,11 @@ struct OperandShape {
   bool varlen;
 };
 TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols, int swizzle_bytes);
+
+// The backward's fp32 dQ accumulator, [heads][rows_per_head][head_dim], as a 4-D (dim, row, head, 1) view
+// for TMA reduce-adds of unswizzled box_rows x box_cols boxes.
+TmaView make_dq_accum_view(const float* base, int head_dim, long long rows_per_head, int heads, int box_rows,
+                           int box_cols);
 
 // Encodes `view` into `map`. Returns false and fills `error` (naming the failing call) on failure.
 bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error);

@@ -2,6 +2,8 @@
 // none overlapping, padded rows enough for a whole query block past each sequence's end).
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "host/bwd_planner.hpp"
 
 namespace flash4::host {
@@ -43,6 +45,19 @@ TEST(BwdPlanner, FixedLengthPadsEachSequenceToWholeQueryBlocks) {
   expect_layout_sound(plan, p);
 }
 
+// Paired CTAs (FLASH4_BWD_PAIRED_CTA) need a whole number of pairs per (sequence, kv head): 3 key blocks
+// become 4 there, and stay 3 unpaired or split by roles.
+TEST(BwdPlanner, KeyBlocksComeInWholeClusters) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    const BwdTileConfig tile = bwd_tile_config(d);
+    EXPECT_EQ(tile.cluster_ctas, kBwdPairedCta && tile.split == BwdSplit::kKeys ? 2 : 1) << d;
+    const BwdPlan plan = plan_backward(fixed_length(2, 100, 3 * tile.block_n - 5, 4, 4, d));
+    EXPECT_EQ(plan.n_blocks_max, tile.cluster_ctas == 2 ? 4 : 3) << d;
+    EXPECT_EQ(plan.num_ctas % tile.cluster_ctas, 0) << d;
+    EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
+  }
+}
+
 TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
   flash4_bwd_params p = fixed_length(4, 0, 0, 4, 4, 64);
   const int cu[] = {0, 17, 17, 300, 301};  // host copy only: the planner never reads cu_seqlens
@@ -54,7 +69,7 @@ TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
   p.total_k = 301;
   const BwdPlan plan = plan_backward(p);
   EXPECT_EQ(plan.m_blocks_max, 5);
-  EXPECT_EQ(plan.n_blocks_max, 3);
+  EXPECT_EQ(plan.n_blocks_max, plan.tile.cluster_ctas == 2 ? 4 : 3);  // ceil(283 / 128), whole pairs if paired
   EXPECT_EQ(plan.rows_per_head, 304LL + 4 * 68);
   // Each sequence starts 16-byte aligned, and its last query block ends before the next sequence.
   const BwdWorkspaceRows rows{64, 0, true};
@@ -111,6 +126,38 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
   const BwdPlan plan = plan_backward(fixed_length(2, 100, 1000, 4, 4, 256));
   EXPECT_EQ(plan.n_blocks_max, 16);  // ceil(1000 / 64)
   EXPECT_EQ(plan.num_ctas, 16 * 2 * 4);
+}
+
+// The dQ staging must be exactly what the TMA reduce-add reads: unswizzled boxes of 32-byte rows, box b
+// holding columns [8b, 8b + 8) of every row; every element once; and a warp's float2 stores of one
+// fragment column block (8 rows x 4 lanes) must take the minimum two wavefronts (each bank twice).
+TEST(BwdPlanner, DqStagingIsTheTmaBoxLayout) {
+  for (int d : {64, 96, 128}) {
+    const BwdTileConfig tile = bwd_tile_config(d);
+    ASSERT_EQ(tile.split, BwdSplit::kKeys) << d;
+    ASSERT_EQ(tile.dq_box_cols() * 4, kDqBoxBytes) << d;
+    EXPECT_EQ(tile.dq_boxes() * tile.dq_box_floats() * 4, tile.dq_buffer_bytes()) << d;
+    std::vector<int> seen(tile.dq_buffer_bytes() / 4, 0);
+    for (int row = 0; row < tile.block_m; ++row) {
+      for (int col = 0; col < d; ++col) {
+        const int index = tile.dq_staging_index(row, col);
+        ASSERT_GE(index, 0);
+        ASSERT_LT(index, int(seen.size()));
+        ++seen[index];
+        EXPECT_EQ(index, (col / 8) * tile.block_m * 8 + row * 8 + col % 8) << d;
+      }
+    }
+    for (int count : seen) ASSERT_EQ(count, 1) << d;
+    for (int k = 0; k < d / 8; ++k) {
+      std::vector<int> bank_hits(32, 0);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int index = tile.dq_staging_index(lane / 4, 8 * k) + 2 * (lane % 4);
+        ++bank_hits[index % 32];
+        ++bank_hits[(index + 1) % 32];
+      }
+      for (int hits : bank_hits) EXPECT_EQ(hits, 2) << d << " k=" << k;
+    }
+  }
 }
 
 }  // namespace

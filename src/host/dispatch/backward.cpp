@@ -88,6 +88,17 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
       return result;
     }
   }
+  kp.dq_accum = reinterpret_cast<float*>(workspace + plan.workspace.dq_accum);
+  {
+    std::string error;
+    if (!encode_tma_view(make_dq_accum_view(kp.dq_accum, p.head_dim, plan.rows_per_head, p.heads_q, plan.tile.block_m,
+                                            plan.tile.dq_box_cols()),
+                         &kp.tma_dq_accum, error)) {
+      result.status = FLASH4_ERROR_CUDA;
+      result.message = "TMA descriptor for the dQ accumulator: " + error;
+      return result;
+    }
+  }
   kp.o = p.o;
   kp.dout = p.dout;
   kp.lse = p.lse;
@@ -99,7 +110,6 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.dq_strides = strides_of(p.dq_strides);
   kp.dk_strides = strides_of(p.dk_strides);
   kp.dv_strides = strides_of(p.dv_strides);
-  kp.dq_accum = reinterpret_cast<float*>(workspace + plan.workspace.dq_accum);
   kp.lse_log2 = reinterpret_cast<float*>(workspace + plan.workspace.lse_log2);
   kp.dsum = reinterpret_cast<float*>(workspace + plan.workspace.dsum);
   kp.dq_semaphores = reinterpret_cast<int*>(workspace + plan.workspace.semaphores);
@@ -113,6 +123,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.total_q = p.total_q;
   kp.max_seqlen_q = varlen ? p.max_seqlen_q : p.seqlen_q;
   kp.m_blocks_max = plan.m_blocks_max;
+  kp.n_blocks_max = plan.n_blocks_max;
   kp.cu_seqlens_q = p.cu_seqlens_q;
   kp.cu_seqlens_k = p.cu_seqlens_k;
   kp.has_softcap = p.softcap > 0.0f;

@@ -24,6 +24,7 @@ struct BwdKernelParams {
   CUtensorMap tma_do;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
+  CUtensorMap tma_dq_accum;  // fp32 [heads_q][rows_per_head][head_dim], 8-column x block_m boxes, unswizzled
 
   // Inputs the pre/postprocess read element by element.
   const void* o;
@@ -55,6 +56,7 @@ struct BwdKernelParams {
   int total_q;
   int max_seqlen_q;  // fixed length: seqlen_q (sizes the pre/postprocess grids)
   int m_blocks_max;  // ceil(max_seqlen_q / block_m): semaphores per (head, sequence)
+  int n_blocks_max;  // ceil(max_seqlen_k / block_n): CTAs per (sequence, kv head), tile_work.cuh's order
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
 

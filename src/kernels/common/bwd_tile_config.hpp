@@ -20,6 +20,16 @@ namespace flash4 {
 
 enum class BwdSplit { kKeys, kRoles };
 
+inline constexpr int kDqBoxBytes = 32;  // row width of a dQ staging box: one L2 sector
+
+// Paired CTAs (CMake FLASH4_BWD_PAIRED_CTA; split by keys only): a cluster of two CTAs on neighbouring key
+// blocks that receive every Q / dO / LSE / D stage through TMA multicast (each loads half) and add their
+// dQ partials in shared memory before one reduce-add into the accumulator (docs/design.md).
+#ifndef FLASH4_BWD_PAIRED_CTA_ENABLED
+#define FLASH4_BWD_PAIRED_CTA_ENABLED 0
+#endif
+inline constexpr bool kBwdPairedCta = FLASH4_BWD_PAIRED_CTA_ENABLED != 0;
+
 struct BwdTileConfig {
   int head_dim;
   BwdSplit split = BwdSplit::kKeys;
@@ -27,6 +37,7 @@ struct BwdTileConfig {
   int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M) when split by keys
   int stages = 2;     // Q / dO / LSE / D stages in flight
   int consumer_warpgroups = 2;
+  int cluster_ctas = 1;  // 2 with paired CTAs
   // 128-byte swizzle: a 64-column box of a 16-bit tile is exactly one swizzle row.
   int swizzle_bytes = 128;
 
@@ -50,18 +61,32 @@ struct BwdTileConfig {
   FLASH4_HD constexpr int stage_bytes() const { return 2 * q_bytes() + 2 * row_stat_bytes(); }  // TMA bytes
   FLASH4_HD constexpr int stage_stride() const { return round_up_to_alignment(stage_bytes()); }
   FLASH4_HD constexpr int ds_bytes() const { return block_n * block_m * kElementBytes; }
-  // Split by keys, two dS^T buffers alternate with the stages; split by roles one suffices (the
-  // warpgroups' barriers order every write after the previous step's reads).
-  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kKeys ? 2 : 1; }
+  // Split by keys, two dS^T buffers alternate with the stages, unless paired: the partner's dQ buffer
+  // takes the room of the second, and one is safe too (both warpgroups pass step t's dQ-empty barrier,
+  // after their dQ products have read dS^T, before either writes step t + 1's). Split by roles one
+  // suffices (the warpgroups' barriers order every write after the previous step's reads).
+  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kKeys && cluster_ctas == 1 ? 2 : 1; }
   // Split by roles: P (fp32, in warpgroup 0's accumulator order) handed to warpgroup 1 for dS.
   FLASH4_HD constexpr int probs_bytes() const {
     return split == BwdSplit::kRoles ? block_n * block_m * int(sizeof(float)) : 0;
   }
-  // fp32 dQ staging rows (split by keys only: split by roles, dQ is reduce-added from registers), padded
-  // by 8 floats: the float2 stores of a half warp (4 rows x 4 lanes) then hit 32 distinct banks.
-  FLASH4_HD constexpr int dq_row_floats() const { return head_dim + 8; }
-  FLASH4_HD constexpr int dq_stage_bytes() const {
-    return split == BwdSplit::kKeys ? block_m * dq_row_floats() * int(sizeof(float)) : 0;
+  // fp32 dQ staging (split by keys only: split by roles, dQ is reduce-added from registers): the block_m x
+  // head_dim partial as boxes of 8 columns, 32 bytes (one L2 sector) per row, unswizzled. A warp's float2
+  // stores (8 consecutive rows x 4 lanes) then cover 256 contiguous bytes, the minimum two wavefronts, and
+  // each thread's 16 addresses are one base plus constants (a 128-byte swizzle would XOR a different
+  // pattern into every column block, costing registers the D = 128 consumers do not have). The dQ writer
+  // hands each box to one TMA reduce-add whose tensor map has the same box.
+  FLASH4_HD constexpr int dq_box_cols() const { return kDqBoxBytes / int(sizeof(float)); }
+  FLASH4_HD constexpr int dq_boxes() const { return head_dim / dq_box_cols(); }
+  FLASH4_HD constexpr int dq_box_floats() const { return block_m * dq_box_cols(); }
+  FLASH4_HD constexpr int dq_buffer_bytes() const {
+    return split == BwdSplit::kKeys ? block_m * head_dim * int(sizeof(float)) : 0;
+  }
+  // Paired, a second buffer receives the partner CTA's partial (used in the rank-0 CTA only).
+  FLASH4_HD constexpr int dq_stage_bytes() const { return cluster_ctas * dq_buffer_bytes(); }
+  // The float index of dQ element (row, col) in the staging boxes.
+  FLASH4_HD constexpr int dq_staging_index(int row, int col) const {
+    return (col / dq_box_cols()) * dq_box_floats() + row * dq_box_cols() + col % dq_box_cols();
   }
 
   // Layout (offsets from the 1 KiB-aligned base): K, V, the Q/dO/LSE/D stages, the dS^T buffers, P or
@@ -78,6 +103,7 @@ struct BwdTileConfig {
   }
   FLASH4_HD constexpr int probs_offset() const { return ds_offset(ds_buffers()); }
   FLASH4_HD constexpr int dq_offset() const { return probs_offset() + probs_bytes(); }
+  FLASH4_HD constexpr int dq_partner_offset() const { return dq_offset() + dq_buffer_bytes(); }
   FLASH4_HD constexpr int barrier_offset() const { return dq_offset() + dq_stage_bytes(); }
   FLASH4_HD constexpr int smem_bytes() const { return kSmemAlignment + barrier_offset() + kSmemBarrierBytes; }
   FLASH4_HD constexpr int threads() const { return (1 + consumer_warpgroups) * kWarpgroupThreads; }
@@ -86,6 +112,13 @@ struct BwdTileConfig {
     return (bytes + kSmemAlignment - 1) / kSmemAlignment * kSmemAlignment;
   }
 };
+
+// Deterministic mode: the turn of key block n among the contributors to a query block whose first
+// contributing key block is first_block, counted in clusters (a pair adds once, for both its blocks).
+// Rounding each block down to its cluster before subtracting matters when first_block is odd.
+FLASH4_HD constexpr int bwd_dq_turn(int n_block, int first_block, int cluster_ctas) {
+  return n_block / cluster_ctas - first_block / cluster_ctas;
+}
 
 // Head dims with a backward kernel: every head dim the forward has.
 FLASH4_HD constexpr bool bwd_supports_head_dim(int head_dim) {
@@ -102,13 +135,15 @@ FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
     cfg.split = BwdSplit::kRoles;
     cfg.block_n = 64;
   }
+  if (kBwdPairedCta && cfg.split == BwdSplit::kKeys) cfg.cluster_ctas = 2;
   return cfg;
 }
 
 #define FLASH4_CHECK_BWD_TILE(D)                                                                            \
   static_assert(bwd_tile_config(D).smem_bytes() <= kSmemBytesPerBlockMax, "backward smem over budget");     \
   static_assert(bwd_tile_config(D).q_bytes() % kSmemAlignment == 0, "dO must start on a swizzle atom");     \
-  static_assert(bwd_tile_config(D).dq_row_floats() * 4 % 16 == 0, "bulk reductions need 16-byte rows");   \
+  static_assert(bwd_tile_config(D).head_dim % bwd_tile_config(D).dq_box_cols() == 0, "whole dQ boxes");       \
+  static_assert(bwd_tile_config(D).dq_offset() % 128 == 0, "TMA reads the dQ boxes from 128-byte alignment"); \
   static_assert(bwd_tile_config(D).tile_cols() % bwd_tile_config(D).dq_cols_per_warpgroup() == 0, "dQ chunks");
 FLASH4_CHECK_BWD_TILE(64)
 FLASH4_CHECK_BWD_TILE(96)

@@ -8,7 +8,7 @@
 //   dS^T -> shared memory; after both warpgroups wrote theirs:
 //   dQ[:, half w] = dS K[:, half w]                       (SS wgmma over all 128 keys, dS read transposed;
 //                                                          at D = 96 the second half has 32 zero columns)
-//   dQ -> fp32 staging -> bulk reduce-add into the workspace accumulator (issued by the writer warp,
+//   dQ -> fp32 staging -> TMA reduce-add into the workspace accumulator (issued by the writer warp,
 //   dq_writer.cuh); the consumers never wait for the adds.
 //
 // The softmax scale is left out of dS and applied once at the end (dK here, dQ in the postprocess).
@@ -86,19 +86,23 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     }
   }
 
-  // dQ accumulator (rows = queries, this warpgroup's columns) -> the fp32 staging rows.
-  // Columns past head_dim (D = 96: the zero padding of the tiles) are not staged.
+  // dQ accumulator (rows = queries, this warpgroup's columns) -> the fp32 staging boxes (see
+  // BwdTileConfig::dq_staging_index). Columns past head_dim (D = 96: the zero padding of the tiles) are
+  // not staged.
   __device__ __forceinline__ void stage_dq(const DqSlice& dq) const {
+    static_assert(bwd_tile_config(kHeadDim).dq_box_cols() % 8 == 0, "an 8-column fragment block fits a box row");
     float* staging = reinterpret_cast<float*>(smem + kCfg.dq_offset());
 #pragma unroll
     for (int k = 0; k < kDqCols / 8; ++k) {
       if (kCfg.tile_cols() != kHeadDim && warpgroup * kDqCols + 8 * k >= kHeadDim) break;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
+        // The thread's column pair lies in the box row of its 8-column block, which is contiguous: indexing
+        // the block's first column keeps the offset of every (k, i) a constant from one base.
         const int row = fragment_row() + 8 * i;
-        const int col = warpgroup * kDqCols + 8 * k + 2 * (lane() % 4);
-        *reinterpret_cast<float2*>(staging + row * kCfg.dq_row_floats() + col) =
-            make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        const int block_col = warpgroup * kDqCols + 8 * k;
+        store_shared_float2(staging + cfg().dq_staging_index(row, block_col) + 2 * (lane() % 4),
+                            make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]));
       }
     }
   }
@@ -108,7 +112,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   __device__ __forceinline__ void hand_off_dq(const DqSlice& dq) const {
     named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
     stage_dq(dq);
-    fence_async_shared();  // the bulk reduce-adds read the staging rows through the async proxy
+    fence_async_shared();  // the TMA reduce-adds read the staging boxes through the async proxy
     named_barrier_arrive(int(BwdBarrierId::kDqFull), kBwdDqHandoffThreads);
   }
 
@@ -132,15 +136,15 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       const char* v_tile = smem + kCfg.v_offset();
       mbarrier_wait(&bars->kv_full, 0);
 
-      // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. (With
-      // every dQ product waited for within its step one buffer would be safe too; the second keeps the
-      // write of step t+1 independent of that ordering.)
-      static_assert(kCfg.stages == 2, "dS is double-buffered in step with the stage ring");
+      // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. Paired
+      // there is one (BwdTileConfig::ds_buffers): both warpgroups then pass step t's kDqEmpty barrier,
+      // after their dQ products have read dS, before either writes step t + 1's.
+      static_assert(kCfg.ds_buffers() == 1 || kCfg.ds_buffers() == kCfg.stages, "dS buffers follow the stage ring");
       RingPosition<kCfg.stages> ring;
       // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
       // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-        for (int m_block = work.queries.begin; m_block < work.queries.end; ++m_block) {
+        for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
           const char* q_tile = smem + cfg().q_offset(ring.stage);
           const char* do_tile = smem + cfg().do_offset(ring.stage);
           Scores s;
@@ -190,7 +194,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             wgmma_commit();
           }
 
-          char* ds_tile = smem + cfg().ds_offset(ring.stage);
+          char* ds_tile = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers());
           Ops::store_ds(ds_tile, ds_frag, warpgroup * kKeys);
           fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
           named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);

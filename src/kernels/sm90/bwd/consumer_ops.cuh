@@ -10,6 +10,7 @@
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
+#include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/math.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
@@ -44,9 +45,20 @@ struct BwdConsumerOps {
   // This thread's first accumulator row within a 64-row wgmma tile (its second is 8 below).
   __device__ __forceinline__ static int fragment_row() { return warp_in_group() * 16 + lane() / 4; }
 
+  // The warp is done with a stage (its wgmmas waited for, its LSE / D loads consumed); paired, the
+  // stage's barrier in both CTAs hears it, since either CTA's next multicast overwrites the stage in both.
   __device__ __forceinline__ static void release(uint64_t* barrier) {
     __syncwarp();
-    if (lane() == 0) mbarrier_arrive(barrier);
+    if (lane() == 0) {
+      if constexpr (cfg().cluster_ctas == 1) {
+        mbarrier_arrive(barrier);
+      } else {
+#pragma unroll
+        for (int rank = 0; rank < cfg().cluster_ctas; ++rank) {
+          mbarrier_arrive_cluster_cta_order(cluster_shared_address(barrier, rank));
+        }
+      }
+    }
   }
 
   // acc (64 rows x 64 cols) = A_rows B^T with A, B K-major tiles of head_dim columns stored as 64-column
@@ -109,7 +121,7 @@ struct BwdConsumerOps {
         const int key = key_row0 + fragment_row() + 8 * (r % 2);
         const int chunk = 2 * step + r / 2;  // 8-query column block
         const int offset = key * kSwizzle + ((chunk ^ (key % 8)) << 4) + 4 * (lane() % 4);
-        *reinterpret_cast<uint32_t*>(ds_tile + offset) = frag[step][r];
+        store_shared_u32(ds_tile + offset, frag[step][r]);
       }
     }
   }

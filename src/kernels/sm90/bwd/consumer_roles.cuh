@@ -180,7 +180,7 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* ds_tile = smem + kCfg.ds_offset(0);
     RingPosition<kCfg.stages> ring;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.begin; m_block < work.queries.end; ++m_block) {
+      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores s;
@@ -215,7 +215,7 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     char* ds_tile = smem + kCfg.ds_offset(0);
     RingPosition<kCfg.stages> ring;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.begin; m_block < work.queries.end; ++m_block) {
+      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores dp;

@@ -13,6 +13,7 @@
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/producer.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
+#include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
@@ -30,6 +31,7 @@ template <class Element, int kHeadDim, bool kSoftcap>
 __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  constexpr bool kPaired = kCfg.cluster_ctas == 2;
   static_assert(kCfg.consumer_warpgroups == 2, "both consumers are written for two warpgroups");
   constexpr int kRegistersAtLaunch = (65536 / kCfg.threads()) / 8 * 8;
   static_assert(kBwdProducerRegisters * kWarpgroupThreads + kBwdConsumerRegisters * 2 * kWarpgroupThreads <=
@@ -37,7 +39,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
   const BwdTileWork work = resolve_bwd_tile<kHeadDim>(params, blockIdx.x);
-  if (!work.has_keys()) return;  // a varlen sequence shorter than this key block: nothing to write
+  if (!work.has_keys()) return;  // a varlen sequence shorter than this key block (pair): nothing to write
 
   extern __shared__ char smem_raw[];
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
@@ -54,14 +56,19 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     tma_prefetch_descriptor(&params.tma_do);
     tma_prefetch_descriptor(&params.tma_k);
     tma_prefetch_descriptor(&params.tma_v);
+    if constexpr (kCfg.split == BwdSplit::kKeys) tma_prefetch_descriptor(&params.tma_dq_accum);
     mbarrier_init(&bars->kv_full, 1);
     for (int stage = 0; stage < kCfg.stages; ++stage) {
       mbarrier_init(&bars->stage_full[stage], 1);
-      mbarrier_init(&bars->stage_empty[stage], kCfg.consumer_warpgroups * 4);
+      mbarrier_init(&bars->stage_empty[stage], kCfg.consumer_warpgroups * 4 * kCfg.cluster_ctas);
     }
+    mbarrier_init(&bars->partner_dq_full, 1);
+    mbarrier_init(&bars->partner_dq_taken, 1);
     mbarrier_init_fence();
   }
-  __syncthreads();
+  // Paired, the partner's barriers must be initialized before this CTA's multicasts and arrivals reach them.
+  if constexpr (kPaired) cluster_sync_all();
+  else __syncthreads();
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
@@ -70,7 +77,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     if (warp == kBwdLoaderWarp) {
       if (threadIdx.x % 32 == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
     } else if (warp == kBwdDqWriterWarp) {
-      if constexpr (kCfg.split == BwdSplit::kKeys) BwdDqWriter<kHeadDim>::run(params, *shared_work, smem);
+      if constexpr (kCfg.split == BwdSplit::kKeys) BwdDqWriter<kHeadDim>::run(params, *shared_work, smem, bars);
     }
   } else {
     warpgroup_claim_registers<kBwdConsumerRegisters>();
@@ -82,6 +89,9 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
       consumer.template run<kSoftcap>(params, *shared_work);
     }
   }
+  // Paired, no CTA leaves while its partner may still multicast into it, arrive on its barriers or copy
+  // into its partner buffer.
+  if constexpr (kPaired) cluster_sync_all();
 }
 
 }  // namespace flash4::sm90

@@ -21,7 +21,21 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
   auto* kernel = params.has_softcap ? &bwd_kernel<Element, kHeadDim, true> : &bwd_kernel<Element, kHeadDim, false>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes());
   if (status != cudaSuccess) return status;
-  kernel<<<num_ctas, kCfg.threads(), kCfg.smem_bytes(), stream>>>(params);
+  // Paired CTAs: clusters of two consecutive CTAs (the planner makes num_ctas a whole number of pairs).
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(kCfg.cluster_ctas);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(num_ctas));
+  config.blockDim = dim3(unsigned(kCfg.threads()));
+  config.dynamicSmemBytes = size_t(kCfg.smem_bytes());
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = kCfg.cluster_ctas > 1 ? 1 : 0;
+  status = cudaLaunchKernelEx(&config, kernel, params);
+  if (status != cudaSuccess) return status;
 
   const dim3 post_grid((params.max_seqlen_q + kRowKernelWarps - 1) / kRowKernelWarps, params.heads_q, params.batch);
   bwd_postprocess_kernel<Element, kHeadDim><<<post_grid, row_block, 0, stream>>>(params);

@@ -13,7 +13,11 @@ template <int kStages>
 struct BwdBarriers {
   uint64_t kv_full;
   uint64_t stage_full[kStages];
-  uint64_t stage_empty[kStages];  // one arrival per consumer warp
+  uint64_t stage_empty[kStages];  // one arrival per consumer warp (paired: of both CTAs)
+  // Paired CTAs (dq_writer.cuh): in rank 0, the partner's dQ partial has arrived in the partner buffer;
+  // in rank 1, rank 0 has taken it, so the staging buffer is free again.
+  uint64_t partner_dq_full;
+  uint64_t partner_dq_taken;
 };
 
 // Named barriers (id 0 is __syncthreads).

@@ -2,12 +2,22 @@
 // heads of that kv head's group, and the query blocks that see any of the keys. Resolved once per CTA
 // and shared with the roles through shared memory (kernel.cuh).
 //
-// Order: the key block is the slow coordinate (linear = n_block * batch * heads_kv + sequence/head), so
-// every (sequence, head)'s key block 0 starts first. Under bottom-right causal masking key block 0 sees
-// the most query rows, so this is longest-first; and in deterministic mode every CTA's predecessors in
+// Order: the key block is the fast coordinate (linear = (sequence * heads_kv + kv head) * n_blocks_max +
+// n_block), so the CTAs running at once share one or a few (sequence, head)s and their Q / dO tiles and dQ
+// accumulator rows stay in L2. (Key block slow spread the running CTAs over every head: at D = 64, 4K
+// tokens that working set was 128 MB, L2 hit 30%, and the consumers waited on the dQ reduce-adds.)
+// Within a head key block 0 starts first: under bottom-right causal masking it sees the most query rows,
+// so the order is longest-first within each head; and in deterministic mode every CTA's predecessors in
 // the dQ reduce-add order (the lower key blocks of the same head) have lower indices. That they were
 // also launched before it is an assumption: CUDA starts CTAs in index order in practice but does not
 // promise it (FA3's deterministic backward makes the same one).
+//
+// Every role walks the CTA's query blocks from the last to the first. Causal (and windowed) key blocks
+// of one head then reach a query block at the same step, since their ranges share the end: the CTAs of
+// a head running at once work on the same Q / dO tiles, and in deterministic mode a key block's
+// predecessor has reached the block when it does. (Walking up, key block n starts at query block 2n,
+// which key block 0 reaches only after 2n steps: at D = 128, 16K causal the deterministic mode ran at
+// half the speed.)
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"
@@ -23,15 +33,22 @@ struct BwdTileWork {
   int group_size;
   int n_block;
   int n0;            // first key of the block within its sequence
+  int pair_rank;     // paired CTAs: the CTA's rank in its cluster (n_block % 2); 0 unpaired
+  int pair_n0;       // first key of the pair (unpaired: n0)
   int q_row_base;    // TMA seq coordinate of the sequence's row 0 (nonzero in varlen mode)
   int k_row_base;
   int tma_batch;     // 0 in varlen mode
   int seqlen_q;
   int seqlen_k;
   long long workspace_row0;  // the sequence's first row in the per-head workspace arrays
+  // The query blocks the CTA steps through: those that see any of its keys, or paired, any of the
+  // pair's (both CTAs walk the same blocks, since they share each stage); the mask covers every block
+  // outside the CTA's own unmasked ones, so the blocks only the partner sees contribute zeros.
   QueryBlockRange queries;
 
-  __device__ __forceinline__ bool has_keys() const { return n0 < seqlen_k; }
+  // False: no key of the CTA (paired: of the pair) lies inside the sequence, so there is nothing to write.
+  // The same for both CTAs of a pair, which must run or exit together.
+  __device__ __forceinline__ bool has_keys() const { return pair_n0 < seqlen_k; }
   // Query-block steps of the whole CTA: every query block of every head of the group.
   __device__ __forceinline__ int num_steps() const { return queries.count() * group_size; }
 };
@@ -40,15 +57,17 @@ template <int kHeadDim>
 __device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p, int linear) {
   constexpr int kBlockM = bwd_tile_config(kHeadDim).block_m;
   constexpr int kBlockN = bwd_tile_config(kHeadDim).block_n;
-  const int sequences_heads = p.batch * p.heads_kv;
+  constexpr int kCluster = bwd_tile_config(kHeadDim).cluster_ctas;
   BwdTileWork work;
-  work.n_block = linear / sequences_heads;
-  const int bh = linear - work.n_block * sequences_heads;
+  const int bh = linear / p.n_blocks_max;
+  work.n_block = linear - bh * p.n_blocks_max;
   work.batch = bh / p.heads_kv;
   work.head_kv = bh - work.batch * p.heads_kv;
   work.group_size = p.heads_q / p.heads_kv;
   work.first_head_q = work.head_kv * work.group_size;
   work.n0 = work.n_block * kBlockN;
+  work.pair_rank = work.n_block % kCluster;
+  work.pair_n0 = work.n0 - work.pair_rank * kBlockN;
   const SequenceRows rows = sequence_rows(work.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
   work.q_row_base = rows.q_row_base;
   work.k_row_base = rows.k_row_base;
@@ -57,13 +76,16 @@ __device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p
   work.tma_batch = rows.tma_batch;
   work.workspace_row0 = p.workspace_rows().first_row(work.batch, p.cu_seqlens_q);
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-  work.queries = work.has_keys() ? query_block_range(mask, work.n0, kBlockN, kBlockM) : QueryBlockRange{0, 0, 0, 0};
+  const QueryBlockRange own = query_block_range(mask, work.n0, kBlockN, kBlockM);
+  // The pair's keys are one contiguous range, so the union of its two blocks' query ranges is one range.
+  const QueryBlockRange pair = query_block_range(mask, work.pair_n0, kCluster * kBlockN, kBlockM);
+  work.queries = QueryBlockRange{pair.begin, pair.end, own.unmasked_begin, own.unmasked_end};
   return work;
 }
 
-// Deterministic mode: the semaphore that counts the key blocks whose dQ adds into (head, m_block) are
-// done, and this CTA's turn among them (the lowest key block adds first). A null semaphore outside
-// deterministic mode.
+// Deterministic mode: the semaphore that counts the key blocks (paired: the pairs) whose dQ adds into
+// (head, m_block) are done, and this CTA's turn among them (the lowest key block adds first). A null
+// semaphore outside deterministic mode and for a pair's rank 1, whose partial rank 0 adds.
 struct DqTurn {
   int* semaphore;
   int turn;
@@ -71,10 +93,12 @@ struct DqTurn {
 template <int kHeadDim>
 __device__ __forceinline__ DqTurn dq_turn(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
-  if (!p.deterministic) return DqTurn{nullptr, 0};
+  if (!p.deterministic || work.pair_rank != 0) return DqTurn{nullptr, 0};
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-  return DqTurn{p.dq_semaphores + (int64_t(head) * p.batch + work.batch) * p.m_blocks_max + m_block,
-                work.n_block - key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).begin};
+  const int first_block = key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).begin;
+  // heads_q x batch fits an int (the workspace holds that many rows per query block): one 64-bit product.
+  return DqTurn{p.dq_semaphores + int64_t(head * p.batch + work.batch) * p.m_blocks_max + m_block,
+                bwd_dq_turn(work.n_block, first_block, kCfg.cluster_ctas)};
 }
 
 // The first of query block `m_block`'s rows in the fp32 dQ accumulator of query head `head`.

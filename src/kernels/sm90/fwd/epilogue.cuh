@@ -13,6 +13,7 @@
 #include "kernels/sm90/fwd/tile_work.cuh"
 #include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/math.cuh"
+#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
 
@@ -58,8 +59,8 @@ struct FwdEpilogue {
 #pragma unroll
       for (int k = 0; k < kHeadDim / 8; ++k) {
         const int col = 8 * k + 2 * (lane % 4);
-        *reinterpret_cast<uint32_t*>(staging + staged_offset(row, col)) =
-            pack_pair<kIsBf16>(o[4 * k + 2 * i] * inv_sum[i], o[4 * k + 2 * i + 1] * inv_sum[i]);
+        store_shared_u32(staging + staged_offset(row, col),
+                         pack_pair<kIsBf16>(o[4 * k + 2 * i] * inv_sum[i], o[4 * k + 2 * i + 1] * inv_sum[i]));
       }
     }
     if (p.store_o_with_tma) fence_async_shared();  // the generic-proxy writes must be visible to the TMA store

@@ -1,9 +1,10 @@
-// Non-tensor bulk copies (cp.async.bulk): contiguous global -> shared loads completing on an mbarrier,
-// and shared -> global fp32 reduce-adds tracked by per-thread bulk groups. Plus the acquire/release
+// Non-tensor bulk copies (cp.async.bulk): contiguous global -> shared loads completing on an mbarrier;
+// the per-thread bulk groups that track shared -> global stores and reduce-adds; the acquire/release
 // flag operations the deterministic backward orders its reduce-adds with.
 #pragma once
 
 #include <cstdint>
+#include <cuda/ptx>
 
 namespace flash4::sm90 {
 
@@ -20,13 +21,15 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* global, uint32
                : "memory");
 }
 
-// global[i] += smem[i] for `bytes` / 4 floats, performed by the bulk copy engine (no per-element atomics).
-__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* smem, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
-               "r"(smem_address(smem)), "r"(bytes)
-               : "memory");
+// As bulk_load, into the same offset (and completing on `barrier`'s offset) in every CTA of the cluster
+// named in `cta_mask`.
+__device__ __forceinline__ void bulk_load_multicast(void* smem, const void* global, uint32_t bytes, uint64_t* barrier,
+                                                    uint16_t cta_mask) {
+  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, global, bytes, barrier, cta_mask);
 }
 
+// Bulk groups: the bulk and tensor (tma.cuh) stores and reduce-adds a thread issued since its last
+// commit form one group, which it can wait for.
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Waits until this thread's bulk groups have finished reading their shared-memory sources.

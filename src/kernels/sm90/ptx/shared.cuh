@@ -1,7 +1,8 @@
-// Explicit shared-memory loads. The compiler usually infers the shared space from a pointer into the
-// dynamic shared buffer, but not always (the softcap backward's LSE / D reads came out as generic
-// 64-bit loads, which compute-sanitizer's racecheck then could not order after the bulk copies that
-// fill them); ld.shared states it.
+// Explicit shared-memory loads and stores. The compiler usually infers the shared space from a pointer
+// into the dynamic shared buffer, but not through the kernels' aligned base pointer (the softcap
+// backward's LSE / D reads came out as generic 64-bit loads, which compute-sanitizer's racecheck then
+// could not order after the bulk copies that fill them; the backward's dS and dQ staging stores as
+// generic ST, slower than STS); ld.shared / st.shared state it.
 #pragma once
 
 #include <cstdint>
@@ -16,18 +17,38 @@ __device__ __forceinline__ float2 load_shared_float2(const float* pointer) {
   return value;
 }
 
-__device__ __forceinline__ float4 load_shared_float4(const float* pointer) {
+// At a 32-bit shared-memory address (one register per pointer, for code short of registers).
+__device__ __forceinline__ float4 load_shared_float4(uint32_t address) {
   float4 value;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))));
+               : "r"(address));
   return value;
 }
 
-__device__ __forceinline__ void store_shared_float4(float* pointer, float4 value) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))),
-               "f"(value.x), "f"(value.y), "f"(value.z), "f"(value.w)
+__device__ __forceinline__ float4 load_shared_float4(const float* pointer) {
+  return load_shared_float4(static_cast<uint32_t>(__cvta_generic_to_shared(pointer)));
+}
+
+__device__ __forceinline__ void store_shared_u32(void* pointer, uint32_t value) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))), "r"(value)
                : "memory");
+}
+
+__device__ __forceinline__ void store_shared_float2(float* pointer, float2 value) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))),
+               "f"(value.x), "f"(value.y)
+               : "memory");
+}
+
+__device__ __forceinline__ void store_shared_float4(uint32_t address, float4 value) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(value.x), "f"(value.y), "f"(value.z),
+               "f"(value.w)
+               : "memory");
+}
+
+__device__ __forceinline__ void store_shared_float4(float* pointer, float4 value) {
+  store_shared_float4(static_cast<uint32_t>(__cvta_generic_to_shared(pointer)), value);
 }
 
 }  // namespace flash4::sm90
