@@ -3,7 +3,8 @@
 //   dP_ij = dO_i . v_j,   delta_i = sum_j P_ij dP_ij (= dO_i . O_i),   dS_ij = P_ij (dP_ij - delta_i) s'_ij
 //   dq_i += scale dS_ij k_j,   dk_j += scale dS_ij q_i,   dv_j += P_ij dO_i
 // where s'_ij is the softcap derivative (1 when off). As in the forward, one template serves the fp64
-// reference and the naive fp32 baseline, which also rounds P and dS before the products that use them.
+// reference and the naive fp32 baseline, which also rounds P and dS before the products that use them
+// and takes delta from its rounded O.
 #include <utility>
 #include <vector>
 
@@ -45,13 +46,21 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
         const float* dout_row = dout.data() + p.q_index(b, i, h);
         Real* dq_row = grad.dq.data() + p.q_index(b, i, h);
 
+        // delta = dO_i . O_i with O_i as the forward stores it: the naive baseline rounds P before P V and
+        // O at the end (as forward_naive, and as a kernel's preprocess reads its forward's output). Where
+        // dS cancels (rows that see one or two keys) that rounding is most of dS's error, and a baseline
+        // computing delta from its own P and dP would not show it.
         std::vector<Real> dp(sk, Real(0));
-        Real delta = 0;
+        std::vector<Real> o_row(p.head_dim, Real(0));
         for (int j = 0; j < sk; ++j) {
           if (row.prob[j] == 0) continue;  // masked keys (and underflowed ones) get and give no gradient
-          dp[j] = detail::dot<Real>(dout_row, v.data() + p.kv_index(b, j, h_kv), p.head_dim);
-          delta += row.prob[j] * dp[j];
+          const float* v_row = v.data() + p.kv_index(b, j, h_kv);
+          dp[j] = detail::dot<Real>(dout_row, v_row, p.head_dim);
+          const Real prob = round_operand(row.prob[j]);
+          for (int d = 0; d < p.head_dim; ++d) o_row[d] += prob * static_cast<Real>(v_row[d]);
         }
+        Real delta = 0;
+        for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * round_operand(o_row[d]);
         for (int j = 0; j < sk; ++j) {
           if (row.prob[j] == 0) continue;
           const Real ds =
