@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# A/B of the FA4 pieces on the H200: builds the forward four times (all on; software exp2 off; lazy
-# rescaling off; longest-first order off), bf16 at head dims 64 and 128, and times each at 16K tokens
-# (B=1, H=2048/D), causal and not, with cuDNN measured in the same run. Writes $1/ab.json.
+# A/B runs on the H200, bf16 at head dims 64 and 128, 16K tokens (B=1, H=2048/D), causal and not, two
+# repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json.
+#   tools/gpu-ab.sh OUT_DIR [fwd|bwd]
+#   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
+#                  off; longest-first order off);
+#   bwd:           the backward unpaired and with paired CTAs (FLASH4_BWD_PAIRED_CTA), each timed with
+#                  deterministic mode off and on (rows carry 'deterministic').
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
+mode=${2:-fwd}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
-declare -A variants=([all_on]="" [no_soft_exp2]="-DFLASH4_SOFT_EXP2=OFF" [no_lazy_rescale]="-DFLASH4_LAZY_RESCALE=OFF"
-                     [no_lpt_order]="-DFLASH4_LPT_ORDER=OFF")
+if [ "$mode" = bwd ]; then
+  declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
+  timings=("--mode bwd" "--mode bwd --deterministic")
+else
+  declare -A variants=([all_on]="" [no_soft_exp2]="-DFLASH4_SOFT_EXP2=OFF" [no_lazy_rescale]="-DFLASH4_LAZY_RESCALE=OFF"
+                       [no_lpt_order]="-DFLASH4_LPT_ORDER=OFF")
+  timings=("--mode fwd")
+fi
 : >"$out/ab.jsonl"
 for variant in "${!variants[@]}"; do
   build=$root/build-ab-$variant
@@ -16,24 +27,28 @@ for variant in "${!variants[@]}"; do
     { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   for d in 64 128; do
     for causal in 0 1; do
-      for repeat in 1 2; do
-        "$build/flash4-bench" --json --D "$d" --N 16384 --B 1 --H $((2048 / d)) --causal "$causal" --iters 50 |
-          python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]" >>"$out/ab.jsonl"
+      for timing in "${timings[@]}"; do
+        for repeat in 1 2; do
+          # shellcheck disable=SC2086  # $timing is a list of flags
+          "$build/flash4-bench" --json --D "$d" --N 16384 --B 1 --H $((2048 / d)) --causal "$causal" --iters 50 $timing |
+            python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]" >>"$out/ab.jsonl"
+        done
       done
     done
   done
 done
-python3 "$root/bench/peers.py" --dims 64,128 --seqlens 16384 >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
+python3 "$root/bench/peers.py" --dims 64,128 --seqlens 16384 --modes "$mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
-  --software "$(nvcc --version | tail -1)" --note "A/B of the FA4 pieces: flash4 rows carry 'variant' and 'repeat'" >/dev/null
+  --software "$(nvcc --version | tail -1)" --note "A/B ($mode): flash4 rows carry 'variant' and 'repeat'" >/dev/null
 python3 - "$out/ab.jsonl" <<'PY'
 import json, sys, collections
 rows = [json.loads(line) for line in open(sys.argv[1])]
 table = collections.defaultdict(list)
 for r in rows:
-    table[(r["D"], r["causal"], r["variant"])].append(r["tflops"])
-print(f"{'D':>4} {'causal':>6} {'variant':>16} {'TFLOPS (2 runs)':>18}")
+    variant = r["variant"] + ("+deterministic" if r.get("deterministic") else "")
+    table[(r["D"], r["causal"], variant)].append(r["tflops"])
+print(f"{'D':>4} {'causal':>6} {'variant':>24} {'TFLOPS (2 runs)':>18}")
 for key in sorted(table):
-    print(f"{key[0]:>4} {str(key[1]):>6} {key[2]:>16} {' '.join(f'{v:7.1f}' for v in table[key]):>18}")
+    print(f"{key[0]:>4} {str(key[1]):>6} {key[2]:>24} {' '.join(f'{v:7.1f}' for v in table[key]):>18}")
 PY
