@@ -23,8 +23,8 @@ enum class BwdSplit { kKeys, kRoles };
 inline constexpr int kDqBoxBytes = 32;  // row width of a dQ staging box: one L2 sector
 
 // Paired CTAs (CMake FLASH4_BWD_PAIRED_CTA; split by keys only): a cluster of two CTAs on neighbouring key
-// blocks that receive every Q / dO / LSE / D stage through TMA multicast (each loads half) and add their
-// dQ partials in shared memory before one reduce-add into the accumulator (docs/design.md).
+// blocks that receive every Q / dO / LSE / D stage through TMA multicast (each loads half); rank 1 copies
+// its dQ partial to rank 0, which reduce-adds both in the pair's one deterministic turn (docs/design.md).
 #ifndef FLASH4_BWD_PAIRED_CTA_ENABLED
 #define FLASH4_BWD_PAIRED_CTA_ENABLED 0
 #endif

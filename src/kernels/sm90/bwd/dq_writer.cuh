@@ -19,7 +19,6 @@
 #include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
-#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
 

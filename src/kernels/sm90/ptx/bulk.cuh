@@ -6,11 +6,9 @@
 #include <cstdint>
 #include <cuda/ptx>
 
-namespace flash4::sm90 {
+#include "kernels/sm90/ptx/shared.cuh"
 
-__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
+namespace flash4::sm90 {
 
 // Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) into this CTA's shared memory;
 // completion is reported on `barrier` as transaction bytes.

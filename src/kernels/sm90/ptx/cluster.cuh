@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cuda/ptx>
 
+#include "kernels/sm90/ptx/shared.cuh"
+
 namespace flash4::sm90 {
 
 // Every thread of every CTA of the cluster arrives, then waits for all: the barriers one CTA initialized
@@ -20,7 +22,7 @@ __device__ __forceinline__ uint32_t cluster_shared_address(const void* pointer, 
   uint32_t address;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(address)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))), "r"(rank));
+               : "r"(smem_address(pointer)), "r"(rank));
   return address;
 }
 
@@ -49,7 +51,7 @@ __device__ __forceinline__ void bulk_copy_to_cluster_cta(uint32_t cluster_dst, c
                                                          uint32_t cluster_barrier) {
   asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    cluster_dst),
-               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(src))), "r"(bytes), "r"(cluster_barrier)
+               "r"(smem_address(src)), "r"(bytes), "r"(cluster_barrier)
                : "memory");
 }
 

@@ -2,53 +2,45 @@
 // into the dynamic shared buffer, but not through the kernels' aligned base pointer (the softcap
 // backward's LSE / D reads came out as generic 64-bit loads, which compute-sanitizer's racecheck then
 // could not order after the bulk copies that fill them; the backward's dS and dQ staging stores as
-// generic ST, slower than STS); ld.shared / st.shared state it.
+// generic ST, slower than STS); ld.shared / st.shared state it. smem_address is the one conversion to
+// the 32-bit shared address the other PTX wrappers take as well.
 #pragma once
 
 #include <cstdint>
 
 namespace flash4::sm90 {
 
-__device__ __forceinline__ float2 load_shared_float2(const float* pointer) {
-  float2 value;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-               : "=f"(value.x), "=f"(value.y)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))));
-  return value;
+// The 32-bit shared-state-space address of a pointer into this CTA's shared memory.
+__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
-// At a 32-bit shared-memory address (one register per pointer, for code short of registers).
-__device__ __forceinline__ float4 load_shared_float4(uint32_t address) {
-  float4 value;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
-               : "r"(address));
+__device__ __forceinline__ float2 load_shared_float2(const float* pointer) {
+  float2 value;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(value.x), "=f"(value.y) : "r"(smem_address(pointer)));
   return value;
 }
 
 __device__ __forceinline__ float4 load_shared_float4(const float* pointer) {
-  return load_shared_float4(static_cast<uint32_t>(__cvta_generic_to_shared(pointer)));
+  float4 value;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
+               : "r"(smem_address(pointer)));
+  return value;
 }
 
 __device__ __forceinline__ void store_shared_u32(void* pointer, uint32_t value) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))), "r"(value)
-               : "memory");
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(smem_address(pointer)), "r"(value) : "memory");
 }
 
 __device__ __forceinline__ void store_shared_float2(float* pointer, float2 value) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(pointer))),
-               "f"(value.x), "f"(value.y)
-               : "memory");
-}
-
-__device__ __forceinline__ void store_shared_float4(uint32_t address, float4 value) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(value.x), "f"(value.y), "f"(value.z),
-               "f"(value.w)
-               : "memory");
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_address(pointer)), "f"(value.x), "f"(value.y) : "memory");
 }
 
 __device__ __forceinline__ void store_shared_float4(float* pointer, float4 value) {
-  store_shared_float4(static_cast<uint32_t>(__cvta_generic_to_shared(pointer)), value);
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(pointer)), "f"(value.x), "f"(value.y),
+               "f"(value.z), "f"(value.w)
+               : "memory");
 }
 
 }  // namespace flash4::sm90

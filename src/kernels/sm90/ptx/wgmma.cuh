@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/sm90/ptx/shared.cuh"
+
 namespace flash4::sm90 {
 
 // Swizzle modes of the shared-memory matrix descriptor (bits 62-63), matching the TMA swizzle that wrote
@@ -21,7 +23,7 @@ __device__ __forceinline__ uint64_t descriptor_field(uint32_t bytes) { return ui
 //    swizzle-width column blocks along N; stride_bytes the distance between groups of 8 K-rows.
 __device__ __forceinline__ uint64_t make_smem_descriptor(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes,
                                                          SmemSwizzle swizzle) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t address = smem_address(smem);
   return descriptor_field(address) | (descriptor_field(leading_bytes) << 16) | (descriptor_field(stride_bytes) << 32) |
          (uint64_t(swizzle) << 62);
 }
