@@ -1,0 +1,139 @@
+// A model of the backward's deterministic dQ protocol (dq_writer.cuh), run on the CPU: the writer of key
+// block n walks its query blocks from the last down, waits until the block's semaphore reaches its turn
+// (bwd_dq_turn), issues its adds, and passes a turn on only after issuing its next step's adds (the last
+// one after its loop). CTAs start in index order, at most `resident` at once, a new one as one finishes.
+// The model runs the writers in every round-robin order of one action each and checks that every run
+// finishes (no CTA waits on one that cannot move) and that each query block receives the adds of exactly
+// its contributing key blocks, in key-block order.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "kernels/common/bwd_tile_config.hpp"
+#include "kernels/common/mask.hpp"
+
+namespace flash4 {
+namespace {
+
+constexpr int kBlockM = 64;
+constexpr int kBlockN = 128;
+
+struct Step {
+  int head;
+  int m_block;
+  int turn;
+};
+
+// One key block's writer: its steps and how far it got.
+struct Writer {
+  std::vector<Step> steps;
+  int next = 0;          // the step whose turn it waits for
+  int unpassed = -1;     // a step whose adds are issued but whose turn is not passed on yet
+  bool done = false;
+};
+
+std::vector<Step> writer_steps(const MaskSpec& mask, int n_block, int group_size) {
+  std::vector<Step> steps;
+  const QueryBlockRange queries = query_block_range(mask, n_block * kBlockN, kBlockN, kBlockM);
+  for (int head = 0; head < group_size; ++head) {
+    for (int m = queries.end - 1; m >= queries.begin; --m) {
+      const int first = key_block_range(mask, m * kBlockM, kBlockM, kBlockN).begin;
+      steps.push_back({head, m, bwd_dq_turn(n_block, first, 1)});
+    }
+  }
+  return steps;
+}
+
+struct Outcome {
+  bool finished = true;
+  std::map<std::pair<int, int>, std::vector<int>> adds;  // (head, query block) -> key blocks in add order
+};
+
+// `stride` varies which running writer moves next: the scan for one that can move starts `stride` further on
+// after every action.
+Outcome run_protocol(const MaskSpec& mask, int group_size, int resident, int stride) {
+  const int n_blocks = (mask.seqlen_k + kBlockN - 1) / kBlockN;
+  std::vector<Writer> writers(n_blocks);
+  for (int n = 0; n < n_blocks; ++n) writers[n].steps = writer_steps(mask, n, group_size);
+  std::map<std::pair<int, int>, int> semaphore;
+  Outcome outcome;
+  int launched = 0;
+  int running = 0;
+  int cursor = 0;
+  auto pass = [&](Writer& w, int step) {
+    semaphore[{w.steps[step].head, w.steps[step].m_block}] = w.steps[step].turn + 1;
+  };
+  // One action of writer n: take its next turn if it has come (then pass the previous one), or finish.
+  auto act = [&](int n) {
+    Writer& w = writers[n];
+    if (w.next == int(w.steps.size())) {
+      if (w.unpassed >= 0) pass(w, w.unpassed);
+      w.done = true;
+      return true;
+    }
+    const Step& step = w.steps[w.next];
+    if (semaphore[{step.head, step.m_block}] != step.turn) return false;
+    outcome.adds[{step.head, step.m_block}].push_back(n);
+    if (w.unpassed >= 0) pass(w, w.unpassed);
+    w.unpassed = w.next++;
+    return true;
+  };
+  while (true) {
+    while (launched < n_blocks && running < resident) {
+      ++launched;
+      ++running;
+    }
+    if (running == 0) return outcome;
+    // Scan the launched writers from a start that moves by `stride` after every action.
+    bool moved = false;
+    cursor = (cursor + stride) % launched;
+    for (int tries = 0; tries < launched && !moved; ++tries) {
+      const int n = (cursor + tries) % launched;
+      if (writers[n].done) continue;
+      moved = act(n);
+      if (writers[n].done) --running;
+    }
+    if (!moved) {
+      outcome.finished = false;
+      return outcome;
+    }
+  }
+}
+
+struct ProtocolCase {
+  int seqlen_q, seqlen_k, left, right, group_size;
+};
+
+TEST(DqTurns, DeferredPassingFinishesAndAddsInKeyBlockOrder) {
+  const ProtocolCase cases[] = {{1024, 1024, -1, -1, 1}, {1024, 1024, -1, 0, 1}, {700, 1300, -1, 0, 2},
+                                {1300, 700, -1, 0, 1},   {900, 900, 200, 0, 1},  {640, 1280, 100, 300, 2},
+                                {1, 1000, -1, -1, 1},    {1000, 130, -1, 0, 3}};
+  for (const ProtocolCase& c : cases) {
+    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
+    const int n_blocks = (c.seqlen_k + kBlockN - 1) / kBlockN;
+    for (int resident : {1, 2, 3, n_blocks}) {
+      for (int stride : {1, 2, 3, 5}) {
+        SCOPED_TRACE(testing::Message() << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left
+                                        << ", " << c.right << ") group " << c.group_size << " resident "
+                                        << resident << " stride " << stride);
+        const Outcome outcome = run_protocol(mask, c.group_size, resident, stride);
+        ASSERT_TRUE(outcome.finished) << "a writer waits for a turn that never comes";
+        for (int head = 0; head < c.group_size; ++head) {
+          for (int m = 0; m * kBlockM < c.seqlen_q; ++m) {
+            const KeyBlockRange keys = key_block_range(mask, m * kBlockM, kBlockM, kBlockN);
+            std::vector<int> expected;
+            for (int n = keys.begin; n < keys.end; ++n) expected.push_back(n);
+            const auto found = outcome.adds.find({head, m});
+            const std::vector<int> got = found == outcome.adds.end() ? std::vector<int>{} : found->second;
+            EXPECT_EQ(got, expected) << "head " << head << " query block " << m;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flash4
