@@ -9,8 +9,15 @@
 //    so the pair cannot both live in one warpgroup. The CTA owns block_n = 64 keys; warpgroup 0 computes
 //    S^T -> P^T and holds dV, warpgroup 1 computes dP^T -> dS^T and holds dK, P crossing through shared
 //    memory; dQ is split into 64-column chunks between them.
-// Either way the loop runs over query blocks of block_m = 64 rows (and, under GQA, over every query head
-// of the group, so dK/dV are summed in registers).
+// Either way the loop runs over query blocks of block_m rows (and, under GQA, over every query head of the
+// group, so dK/dV are summed in registers). block_m is 64, the N of S^T = K Q^T, so that S^T and dP^T take
+// 32 registers each beside dK and dV, except at D = 64: there dK + dV take only 64 registers and block_m =
+// 128 fits. The wider step matters there because each step's fixed latency (the barriers, the dQ hand-off,
+// the wait for the first product) is spread over half as many flops as at D = 128, and because shared
+// memory bandwidth, not the tensor cores, bounds the SS products: m64n64k16 reads 4 KiB of operands per 32
+// tensor cycles, 128 B/cycle, the whole of shared memory's bandwidth, where m64n128k16 reads 96 B/cycle;
+// and dQ is then split between the warpgroups by rows at N = 64 instead of by columns at N = 32 (192
+// B/cycle).
 #pragma once
 
 #include "kernels/common/fwd_tile_config.hpp"
@@ -33,7 +40,7 @@ inline constexpr bool kBwdPairedCta = FLASH4_BWD_PAIRED_CTA_ENABLED != 0;
 struct BwdTileConfig {
   int head_dim;
   BwdSplit split = BwdSplit::kKeys;
-  int block_m = 64;   // query rows per step: the N of S^T = K Q^T, kept at 64 so S^T and dP^T are 32 registers each
+  int block_m = 64;   // query rows per step: the N of S^T = K Q^T (see above)
   int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M) when split by keys
   int stages = 2;     // Q / dO / LSE / D stages in flight
   int consumer_warpgroups = 2;
@@ -48,12 +55,19 @@ struct BwdTileConfig {
   FLASH4_HD constexpr int tile_cols() const { return (head_dim + box_cols() - 1) / box_cols() * box_cols(); }
   FLASH4_HD constexpr int col_blocks() const { return tile_cols() / box_cols(); }
   FLASH4_HD constexpr int keys_per_warpgroup() const { return split == BwdSplit::kKeys ? block_n / consumer_warpgroups : block_n; }
-  // Split by keys, dQ = dS K is split by columns: each warpgroup computes tile_cols / 2 of them over all
-  // block_n keys. Split by roles, the warpgroups take turns over 64-column chunks.
+  // 64-query boxes of a block: a dS^T row (block_m queries) spans this many swizzle rows.
+  FLASH4_HD constexpr int query_boxes() const { return block_m / box_cols(); }
+  // Split by keys, dQ = dS K (block_m x tile_cols, over all block_n keys) is cut into one 64-row (the wgmma
+  // M) by dq_cols_per_warpgroup() slice per warpgroup: by rows when block_m = 128, else by columns. Split
+  // by roles, the warpgroups take turns over 64-column chunks of the block's 64 rows.
+  FLASH4_HD constexpr int dq_row_slices() const { return split == BwdSplit::kKeys ? query_boxes() : 1; }
   FLASH4_HD constexpr int dq_cols_per_warpgroup() const {
-    return split == BwdSplit::kKeys ? tile_cols() / consumer_warpgroups : box_cols();
+    return split == BwdSplit::kKeys ? tile_cols() * dq_row_slices() / consumer_warpgroups : box_cols();
   }
   FLASH4_HD constexpr int dq_chunks() const { return tile_cols() / dq_cols_per_warpgroup(); }
+  // Split by keys: the first row and column of warpgroup w's dQ slice.
+  FLASH4_HD constexpr int dq_row0(int warpgroup) const { return warpgroup % dq_row_slices() * box_cols(); }
+  FLASH4_HD constexpr int dq_col0(int warpgroup) const { return warpgroup / dq_row_slices() * dq_cols_per_warpgroup(); }
 
   FLASH4_HD constexpr int kv_bytes() const { return block_n * tile_cols() * kElementBytes; }   // K or V
   FLASH4_HD constexpr int q_bytes() const { return block_m * tile_cols() * kElementBytes; }    // Q or dO
@@ -135,6 +149,7 @@ FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
     cfg.split = BwdSplit::kRoles;
     cfg.block_n = 64;
   }
+  if (head_dim <= 64) cfg.block_m = 128;
   if (kBwdPairedCta && cfg.split == BwdSplit::kKeys) cfg.cluster_ctas = 2;
   return cfg;
 }
@@ -144,7 +159,9 @@ FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
   static_assert(bwd_tile_config(D).q_bytes() % kSmemAlignment == 0, "dO must start on a swizzle atom");     \
   static_assert(bwd_tile_config(D).head_dim % bwd_tile_config(D).dq_box_cols() == 0, "whole dQ boxes");       \
   static_assert(bwd_tile_config(D).dq_offset() % 128 == 0, "TMA reads the dQ boxes from 128-byte alignment"); \
-  static_assert(bwd_tile_config(D).tile_cols() % bwd_tile_config(D).dq_cols_per_warpgroup() == 0, "dQ chunks");
+  static_assert(bwd_tile_config(D).tile_cols() % bwd_tile_config(D).dq_cols_per_warpgroup() == 0, "dQ chunks"); \
+  static_assert(bwd_tile_config(D).block_m % bwd_tile_config(D).box_cols() == 0, "whole 64-query boxes");      \
+  static_assert(bwd_tile_config(D).consumer_warpgroups % bwd_tile_config(D).dq_row_slices() == 0, "dQ slices");
 FLASH4_CHECK_BWD_TILE(64)
 FLASH4_CHECK_BWD_TILE(96)
 FLASH4_CHECK_BWD_TILE(128)

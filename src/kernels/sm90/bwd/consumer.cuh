@@ -1,13 +1,15 @@
 // The backward consumer split by keys (head dim <= 128): each of the two consumer warpgroups owns 64 keys
-// of the CTA's key block and keeps their dK and dV accumulators in registers over every query block step. Per step (Q block of 64
-// rows, its dO, LSE and D):
+// of the CTA's key block and keeps their dK and dV accumulators in registers over every query block step.
+// Per step (a Q block of block_m rows, its dO, LSE and D):
 //
 //   S^T  = K_w Q^T        dP^T = V_w dO^T                 (SS wgmma, both issued together)
 //   P^T  = exp2(S^T scale_log2 - LSE)    dS^T = P^T (dP^T - D)   [x (1 - tanh^2) under softcap]
 //   dV  += P^T dO         dK  += dS^T Q                   (RS wgmma: P^T and dS^T straight from registers)
 //   dS^T -> shared memory; after both warpgroups wrote theirs:
-//   dQ[:, half w] = dS K[:, half w]                       (SS wgmma over all 128 keys, dS read transposed;
-//                                                          at D = 96 the second half has 32 zero columns)
+//   dQ slice w = dS K                                     (SS wgmma over all 128 keys, dS read transposed;
+//                                                          the slice is half the columns when block_m = 64,
+//                                                          at D = 96 with 32 zero columns; half the rows when
+//                                                          block_m = 128)
 //   dQ -> fp32 staging -> TMA reduce-add into the workspace accumulator (issued by the writer warp,
 //   dq_writer.cuh); the consumers never wait for the adds.
 //
@@ -42,6 +44,10 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   using typename Ops::Gradient;
   using typename Ops::Scores;
   static constexpr int kKeys = kCfg.keys_per_warpgroup();
+  // dV is issued as soon as P^T is ready, before dS^T is computed, when its fragments fit beside S^T (the
+  // fp32 P^T that dS^T is computed from), dP^T and the dK / dV accumulators: at block_m = 128 (D = 64)
+  // these would take 64 + 32 + 64 + 64 registers.
+  static constexpr bool kEarlyDv = kBlockM == 64;
   static_assert(kCfg.split == BwdSplit::kKeys, "this consumer splits the CTA's keys between the warpgroups");
   static_assert(kCfg.consumer_warpgroups * kWarpgroupThreads == kBwdConsumerThreads, "named barrier counts");
 
@@ -49,60 +55,53 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   char* smem;
   BwdBarriers<kCfg.stages>* bars;
 
-  // Softcap: the A fragments of P^T and dS^T straight from S^T and dP^T, the score's tanh feeding both
-  // (dS picks up the derivative 1 - tanh^2). Packing each pair as soon as it is computed lets s and dp
-  // die as the pass goes, which the extra tanh temporaries need.
+  // Softcap: P^T and dS^T in place of S^T and dP^T, the score's tanh feeding both (dS picks up the
+  // derivative 1 - tanh^2), then their A fragments. The mask comes as bits (Ops::visibility_bits),
+  // computed before the step's products are issued: the mask's fields and coordinates then need no
+  // registers while the tanh temporaries do. (At block_m = 128 this pass is where registers are scarcest;
+  // packing each pair as soon as it is computed spilled there.)
   template <bool kMasked>
-  __device__ __forceinline__ static void softcapped_fragments(const Scores& s, const Scores& dp, Fragments& p_frag,
+  __device__ __forceinline__ static void softcapped_fragments(Scores& s, Scores& dp, Fragments& p_frag,
                                                               Fragments& ds_frag, const float* lse_log2,
                                                               const float* dsum, const BwdKernelParams& p,
-                                                              const MaskSpec& mask, int key0, int query0) {
-    // The mask as bits, computed before the pass: the mask's fields and coordinates then need no
-    // registers while the tanh temporaries do.
-    const uint32_t visible = kMasked ? Ops::visibility_bits(mask, key0, query0) : ~0u;
+                                                              typename Ops::VisibilityBits visible) {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
       const float2 lse = load_shared_float2(lse_log2 + col);
       const float2 d = load_shared_float2(dsum + col);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float prob[2];
-        float ds[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int index = 4 * k + 2 * i + j;
-          const float t = tanh_approx(s[index] * p.softcap_prescale);
-          prob[j] = ex2_approx(t * p.scale_log2 - (j == 0 ? lse.x : lse.y));
-          if constexpr (kMasked) {
-            if (!(visible >> index & 1u)) prob[j] = 0.0f;
-          }
-          ds[j] = prob[j] * (dp[index] - (j == 0 ? d.x : d.y)) * (1.0f - t * t);
+      for (int r = 0; r < 4; ++r) {
+        const int index = 4 * k + r;
+        const float t = tanh_approx(s[index] * p.softcap_prescale);
+        float prob = ex2_approx(t * p.scale_log2 - (r % 2 == 0 ? lse.x : lse.y));
+        if constexpr (kMasked) {
+          if (!(visible >> index & 1)) prob = 0.0f;
         }
-        // Accumulator pair (k, i) is fragment register r = 2 (k % 2) + i of k16 step k / 2 (see to_fragments).
-        p_frag[k / 2][2 * (k % 2) + i] = pack_pair<kIsBf16>(prob[0], prob[1]);
-        ds_frag[k / 2][2 * (k % 2) + i] = pack_pair<kIsBf16>(ds[0], ds[1]);
+        dp[index] = prob * (dp[index] - (r % 2 == 0 ? d.x : d.y)) * (1.0f - t * t);
+        s[index] = prob;
       }
     }
+    Ops::to_fragments(s, p_frag);
+    Ops::to_fragments(dp, ds_frag);
   }
 
-  // dQ accumulator (rows = queries, this warpgroup's columns) -> the fp32 staging boxes (see
-  // BwdTileConfig::dq_staging_index). Columns past head_dim (D = 96: the zero padding of the tiles) are
-  // not staged.
+  // dQ accumulator (this warpgroup's slice: 64 query rows from dq_row0, kDqCols columns from dq_col0) ->
+  // the fp32 staging boxes (see BwdTileConfig::dq_staging_index). Columns past head_dim (D = 96: the zero
+  // padding of the tiles) are not staged. The index is linear in (row, column) for columns that are
+  // multiples of a box width, so every store is one base plus a constant.
   __device__ __forceinline__ void stage_dq(const DqSlice& dq) const {
     static_assert(bwd_tile_config(kHeadDim).dq_box_cols() % 8 == 0, "an 8-column fragment block fits a box row");
-    float* staging = reinterpret_cast<float*>(smem + kCfg.dq_offset());
+    static_assert(kDqCols % bwd_tile_config(kHeadDim).dq_box_cols() == 0, "slices start on a box");
+    float* staging = reinterpret_cast<float*>(smem + kCfg.dq_offset()) +
+                     cfg().dq_staging_index(cfg().dq_row0(warpgroup) + fragment_row(), cfg().dq_col0(warpgroup)) +
+                     2 * (lane() % 4);
 #pragma unroll
     for (int k = 0; k < kDqCols / 8; ++k) {
-      if (kCfg.tile_cols() != kHeadDim && warpgroup * kDqCols + 8 * k >= kHeadDim) break;
+      if (kCfg.tile_cols() != kHeadDim && cfg().dq_col0(warpgroup) + 8 * k >= kHeadDim) break;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        // The thread's column pair lies in the box row of its 8-column block, which is contiguous: indexing
-        // the block's first column keeps the offset of every (k, i) a constant from one base.
-        const int row = fragment_row() + 8 * i;
-        const int block_col = warpgroup * kDqCols + 8 * k;
-        store_shared_float2(staging + cfg().dq_staging_index(row, block_col) + 2 * (lane() % 4),
-                            make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]));
+        store_shared_float2(staging + cfg().dq_staging_index(8 * i, 8 * k), make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]));
       }
     }
   }
@@ -131,6 +130,12 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       dk[r] = 0.0f;
       dv[r] = 0.0f;
     }
+    // The zeros are made here, after setmaxnreg.inc: left as constants, the compiler materializes them
+    // (for the path that skips the loop) before the kernel's branch on the warpgroup, so dK and dV would
+    // be live across setmaxnreg.inc, and ptxas then keeps them in local memory for the whole loop (at
+    // block_m = 128: 256 bytes of stack, LDL / STL around every dV / dK product, wgmma serialized, C7512).
+    pin_registers(dk);
+    pin_registers(dv);
     if (work.num_steps() > 0) {
       const char* k_tile = smem + kCfg.k_offset();
       const char* v_tile = smem + kCfg.v_offset();
@@ -149,6 +154,13 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           const char* do_tile = smem + cfg().do_offset(ring.stage);
           Scores s;
           Scores dp;
+          const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+          const int key0 = work.n0 + warpgroup * kKeys + fragment_row();
+          const int query0 = m_block * kBlockM;
+          const bool masked = work.queries.needs_mask(m_block);
+          // Softcap: the mask bits before the products are issued, while S^T and dP^T take no registers.
+          typename Ops::VisibilityBits visible = ~typename Ops::VisibilityBits(0);
+          if (kSoftcap && masked) visible = Ops::visibility_bits(mask, key0, query0);
           mbarrier_wait(&bars->stage_full[ring.stage], ring.phase);
           wgmma_fence();
           Ops::issue_scores(s, k_tile, warpgroup * kKeys, q_tile);
@@ -158,10 +170,6 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
 
           const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
           const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
-          const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-          const int key0 = work.n0 + warpgroup * kKeys + fragment_row();
-          const int query0 = m_block * kBlockM;
-          const bool masked = work.queries.needs_mask(m_block);
           Fragments p_frag;
           Fragments ds_frag;
           if constexpr (kSoftcap) {
@@ -169,8 +177,23 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             wgmma_wait<0>();
             pin_registers(s);
             pin_registers(dp);
-            if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, mask, key0, query0);
-            else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, mask, key0, query0);
+            if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, visible);
+            else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, visible);
+            wgmma_fence();
+            Ops::issue_gradient(dv, p_frag, do_tile);
+            Ops::issue_gradient(dk, ds_frag, q_tile);
+            wgmma_commit();
+          } else if constexpr (!kEarlyDv) {
+            // The exponentials run while dP^T is still in flight; dV and dK are issued together.
+            wgmma_wait<1>();
+            pin_registers(s);
+            if (masked) Ops::template probabilities<true>(s, lse, p, mask, key0, query0);
+            else Ops::template probabilities<false>(s, lse, p, mask, key0, query0);
+            wgmma_wait<0>();
+            pin_registers(dp);
+            Ops::score_gradients(dp, s, dsum);
+            Ops::to_fragments(s, p_frag);
+            Ops::to_fragments(dp, ds_frag);
             wgmma_fence();
             Ops::issue_gradient(dv, p_frag, do_tile);
             Ops::issue_gradient(dk, ds_frag, q_tile);
@@ -202,7 +225,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           // dQ is issued behind dV and dK, which may still run: the tensor cores stay busy across the barrier.
           DqSlice dq;
           wgmma_fence();
-          Ops::issue_dq(dq, smem, ds_tile, warpgroup * kDqCols);
+          Ops::issue_dq(dq, smem, ds_tile, cfg().dq_row0(warpgroup), cfg().dq_col0(warpgroup));
           wgmma_commit();
           wgmma_wait<0>();
           pin_registers(dk);

@@ -1,7 +1,8 @@
 // The pieces both backward consumers (consumer.cuh: split by keys, consumer_roles.cuh: split by roles)
 // are built from: the wgmma issues of the five products, the accumulator <-> fragment conversions, the
 // softmax-gradient element math and the dK / dV stores. Every product is 64 rows (the wgmma M) of one
-// warpgroup; tiles are stored as 64-column boxes with the 128-byte swizzle (bwd_tile_config.hpp).
+// warpgroup; tiles are stored as 64-column boxes with the 128-byte swizzle (bwd_tile_config.hpp), and so
+// is dS^T: block_n key rows per box of 64 queries.
 #pragma once
 
 #include <type_traits>
@@ -29,16 +30,19 @@ struct BwdConsumerOps {
   static constexpr int kSwizzle = kCfg.swizzle_bytes;
   static constexpr uint32_t kCoreGroupBytes = 8 * kSwizzle;  // 8 rows of one swizzle atom
   static constexpr int kStepsPerBox = kSwizzle / 32;         // k16 steps (32 bytes) per swizzle row
-  static_assert(kBlockM * kElementBytes == kSwizzle, "a dS^T row (block_m queries) must be one swizzle row");
+  static constexpr int kQueryBoxBytes = kCfg.block_n * kSwizzle;  // one 64-query box of dS^T
+  static_assert(kBlockM % kCfg.box_cols() == 0, "dS^T rows are whole 64-query boxes");
 
-  using MmaScores = WgmmaSS<kBlockM, kIsBf16>;   // S^T, dP^T: 64 keys x 64 queries
+  using MmaScores = WgmmaSS<kBlockM, kIsBf16>;   // S^T, dP^T: 64 keys x block_m queries
   using MmaGrad = WgmmaRS<kHeadDim, kIsBf16>;    // dV, dK: 64 keys x head_dim
   using MmaDq = WgmmaSS<kDqCols, kIsBf16>;       // dQ: 64 queries x one warpgroup's columns
 
-  using Scores = float[kBlockM / 2];               // a 64 x 64 accumulator
+  using Scores = float[kBlockM / 2];               // a 64 x block_m accumulator
   using Fragments = uint32_t[kBlockM / 16][4];     // the same as bf16/fp16 A fragments, one per k16 step
   using Gradient = float[kHeadDim / 2];            // a 64 x head_dim accumulator (dK or dV)
   using DqSlice = float[kDqCols / 2];              // a 64 x kDqCols accumulator
+  // One mask bit per Scores entry.
+  using VisibilityBits = std::conditional_t<(kBlockM / 2 > 32), uint64_t, uint32_t>;
 
   __device__ __forceinline__ static int lane() { return threadIdx.x % 32; }
   __device__ __forceinline__ static int warp_in_group() { return (threadIdx.x / 32) % 4; }
@@ -61,7 +65,7 @@ struct BwdConsumerOps {
     }
   }
 
-  // acc (64 rows x 64 cols) = A_rows B^T with A, B K-major tiles of head_dim columns stored as 64-column
+  // acc (64 rows x block_m cols) = A_rows B^T with A, B K-major tiles of head_dim columns stored as 64-column
   // boxes: A = the 64 rows from key_row0 of a block_n-row tile (K or V), B = a block_m-row tile (Q or dO).
   __device__ __forceinline__ static void issue_scores(Scores& acc, const char* keys_tile, int key_row0,
                                                       const char* query_tile) {
@@ -77,8 +81,8 @@ struct BwdConsumerOps {
     }
   }
 
-  // acc (64 keys x head_dim) += frag (64 keys x 64 queries, registers) * tile (64 queries x head_dim, read
-  // MN-major: its rows are the K dimension).
+  // acc (64 keys x head_dim) += frag (64 keys x block_m queries, registers) * tile (block_m queries x
+  // head_dim, read MN-major: its rows are the K dimension).
   __device__ __forceinline__ static void issue_gradient(Gradient& acc, const Fragments& frag, const char* query_tile) {
     const uint64_t desc = make_smem_descriptor(query_tile, kBlockM * kSwizzle, kCoreGroupBytes, SmemSwizzle::k128B);
 #pragma unroll
@@ -87,13 +91,15 @@ struct BwdConsumerOps {
     }
   }
 
-  // dq (64 queries x kDqCols) = dS (read MN-major from the dS^T buffer) * K[:, col0 ...] (read MN-major:
-  // its rows are the K dimension, the block_n keys). col0 is a multiple of kDqCols, so the slice never
-  // straddles a box boundary it does not start on.
-  __device__ __forceinline__ static void issue_dq(DqSlice& dq, const char* smem, const char* ds_tile, int col0) {
+  // dq (64 queries from row0 x kDqCols) = dS (read MN-major from the dS^T buffer) * K[:, col0 ...] (read
+  // MN-major: its rows are the K dimension, the block_n keys). row0 is a multiple of 64 (a dS^T box), col0
+  // of kDqCols, so the slice never straddles a box boundary it does not start on.
+  __device__ __forceinline__ static void issue_dq(DqSlice& dq, const char* smem, const char* ds_tile, int row0,
+                                                  int col0) {
     const char* k_cols = smem + kCfg.k_offset() + (col0 / kCfg.box_cols()) * kCfg.block_n * kSwizzle +
                          (col0 % kCfg.box_cols()) * kElementBytes;
-    const uint64_t a_desc = make_smem_descriptor(ds_tile, kCfg.block_n * kSwizzle, kCoreGroupBytes, SmemSwizzle::k128B);
+    const char* ds_rows = ds_tile + (row0 / kCfg.box_cols()) * kQueryBoxBytes;
+    const uint64_t a_desc = make_smem_descriptor(ds_rows, kQueryBoxBytes, kCoreGroupBytes, SmemSwizzle::k128B);
     const uint64_t b_desc = make_smem_descriptor(k_cols, kCfg.block_n * kSwizzle, kCoreGroupBytes, SmemSwizzle::k128B);
 #pragma unroll
     for (int step = 0; step < kCfg.block_n / 16; ++step) {
@@ -102,7 +108,7 @@ struct BwdConsumerOps {
     }
   }
 
-  // Accumulator (64 x 64, fp32) -> A fragments of a k16 step: rows stay, columns 16 step .. 16 step + 15.
+  // Accumulator (64 x block_m, fp32) -> A fragments of a k16 step: rows stay, columns 16 step .. 16 step + 15.
   __device__ __forceinline__ static void to_fragments(const Scores& acc, Fragments& frag) {
 #pragma unroll
     for (int step = 0; step < kBlockM / 16; ++step) {
@@ -111,17 +117,24 @@ struct BwdConsumerOps {
     }
   }
 
-  // Writes 64 rows of dS^T (bf16 pairs of adjacent queries) from key_row0 into the block_n x 64 buffer,
-  // 128-byte rows with the 128-byte swizzle (16-byte chunk index XOR row % 8), as wgmma reads it.
+  // Writes 64 rows of dS^T (bf16 pairs of adjacent queries) from key_row0 (a multiple of 8) into the
+  // block_n x block_m buffer: per 64-query box, 128-byte rows with the 128-byte swizzle (16-byte chunk
+  // index XOR row % 8), as wgmma reads it. The thread's rows share their swizzle phase, fragment_row() % 8,
+  // and bits 4..6 of their addresses are zero before the chunk is added (the buffer is 1 KiB aligned, rows
+  // are 128 bytes), so each store's address is (row address + chunk offset) XOR phase: computed from the
+  // buffer's address at each call, rather than 16 per-chunk offsets the compiler would keep live across
+  // the loop.
   __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
+    constexpr int kChunksPerBox = kSwizzle / 16;
+    const uint32_t row_address = smem_address(ds_tile) + (key_row0 + fragment_row()) * kSwizzle + 4 * (lane() % 4);
+    const uint32_t phase = (fragment_row() % 8) << 4;
 #pragma unroll
     for (int step = 0; step < kBlockM / 16; ++step) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int key = key_row0 + fragment_row() + 8 * (r % 2);
         const int chunk = 2 * step + r / 2;  // 8-query column block
-        const int offset = key * kSwizzle + ((chunk ^ (key % 8)) << 4) + 4 * (lane() % 4);
-        store_shared_u32(ds_tile + offset, frag[step][r]);
+        const uint32_t offset = (r % 2) * 8 * kSwizzle + (chunk / kChunksPerBox) * kQueryBoxBytes + (chunk % kChunksPerBox) * 16;
+        store_shared_u32((row_address + offset) ^ phase, frag[step][r]);
       }
     }
   }
@@ -152,13 +165,12 @@ struct BwdConsumerOps {
 
   // The mask as one bit per accumulator entry (bit index = accumulator index), for passes that need
   // their registers for other temporaries.
-  __device__ __forceinline__ static uint32_t visibility_bits(const MaskSpec& mask, int key0, int query0) {
-    static_assert(kBlockM / 2 <= 32, "one visibility bit per accumulator entry");
-    uint32_t visible = ~0u;
+  __device__ __forceinline__ static VisibilityBits visibility_bits(const MaskSpec& mask, int key0, int query0) {
+    VisibilityBits visible = ~VisibilityBits(0);
 #pragma unroll
     for (int index = 0; index < kBlockM / 2; ++index) {
       const int col = 8 * (index / 4) + 2 * (lane() % 4) + index % 2;
-      if (!key_visible(mask, query0 + col, key0 + 8 * (index / 2 % 2))) visible &= ~(1u << index);
+      if (!key_visible(mask, query0 + col, key0 + 8 * (index / 2 % 2))) visible &= ~(VisibilityBits(1) << index);
     }
     return visible;
   }

@@ -42,8 +42,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
   if (!work.has_keys()) return;  // a varlen sequence shorter than this key block (pair): nothing to write
 
   extern __shared__ char smem_raw[];
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
-                                       ~uintptr_t(kSmemAlignment - 1));
+  // Aligned by an offset from smem_raw rather than by rounding its address as an integer, so the compiler
+  // still knows smem points into shared memory: the consumers' reads of the tile's fields (shared_work)
+  // are then 32-bit shared loads, not generic loads that keep a 64-bit pointer live across their loop.
+  char* smem = smem_raw + (kSmemAlignment - smem_address(smem_raw) % kSmemAlignment) % kSmemAlignment;
   auto* bars = reinterpret_cast<BwdBarriers<kCfg.stages>*>(smem + kCfg.barrier_offset());
   // The roles read the tile's fields from shared memory: kept in registers they would stay live across
   // the consumers' main loop, where registers are scarcest (and memory clobbers in the loop stop the

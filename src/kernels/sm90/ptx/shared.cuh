@@ -29,8 +29,12 @@ __device__ __forceinline__ float4 load_shared_float4(const float* pointer) {
   return value;
 }
 
+__device__ __forceinline__ void store_shared_u32(uint32_t address, uint32_t value) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+
 __device__ __forceinline__ void store_shared_u32(void* pointer, uint32_t value) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(smem_address(pointer)), "r"(value) : "memory");
+  store_shared_u32(smem_address(pointer), value);
 }
 
 __device__ __forceinline__ void store_shared_float2(float* pointer, float2 value) {
