@@ -59,29 +59,33 @@ TEST(BwdPlanner, KeyBlocksComeInWholeClusters) {
 }
 
 TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
-  flash4_bwd_params p = fixed_length(4, 0, 0, 4, 4, 64);
-  const int cu[] = {0, 17, 17, 300, 301};  // host copy only: the planner never reads cu_seqlens
-  p.cu_seqlens_q = cu;
-  p.cu_seqlens_k = cu;
-  p.max_seqlen_q = 283;
-  p.max_seqlen_k = 283;
-  p.total_q = 301;
-  p.total_k = 301;
-  const BwdPlan plan = plan_backward(p);
-  EXPECT_EQ(plan.m_blocks_max, 5);
-  EXPECT_EQ(plan.n_blocks_max, plan.tile.cluster_ctas == 2 ? 4 : 3);  // ceil(283 / 128), whole pairs if paired
-  EXPECT_EQ(plan.rows_per_head, 304LL + 4 * 68);
-  // Each sequence starts 16-byte aligned, and its last query block ends before the next sequence.
-  const BwdWorkspaceRows rows{64, 0, true};
-  EXPECT_EQ(plan.rows_per_head % 4, 0);
-  for (int b = 0; b < 4; ++b) {
-    const int length = cu[b + 1] - cu[b];
-    const long long last_block_end = rows.first_row(b, cu) + (length + 63) / 64 * 64;
-    const long long next_start = b + 1 < 4 ? rows.first_row(b + 1, cu) : plan.rows_per_head;
-    EXPECT_LE(last_block_end, next_start) << "sequence " << b;
-    EXPECT_EQ(rows.first_row(b, cu) % 4, 0) << "sequence " << b;
+  for (int d : {64, 128}) {  // block_m = 128 and 64
+    flash4_bwd_params p = fixed_length(4, 0, 0, 4, 4, d);
+    const int cu[] = {0, 17, 17, 300, 301};  // host copy only: the planner never reads cu_seqlens
+    p.cu_seqlens_q = cu;
+    p.cu_seqlens_k = cu;
+    p.max_seqlen_q = 283;
+    p.max_seqlen_k = 283;
+    p.total_q = 301;
+    p.total_k = 301;
+    const BwdPlan plan = plan_backward(p);
+    const int block_m = plan.tile.block_m;
+    EXPECT_EQ(block_m, d == 64 ? 128 : 64);
+    EXPECT_EQ(plan.m_blocks_max, (283 + block_m - 1) / block_m) << d;
+    EXPECT_EQ(plan.n_blocks_max, plan.tile.cluster_ctas == 2 ? 4 : 3) << d;  // ceil(283 / 128), whole pairs if paired
+    EXPECT_EQ(plan.rows_per_head, 304LL + 4 * (block_m + 4)) << d;  // 301 aligned to 4, then a block and 4 per sequence
+    // Each sequence starts 16-byte aligned, and its last query block ends before the next sequence.
+    const BwdWorkspaceRows rows{block_m, 0, true};
+    EXPECT_EQ(plan.rows_per_head % 4, 0) << d;
+    for (int b = 0; b < 4; ++b) {
+      const int length = cu[b + 1] - cu[b];
+      const long long last_block_end = rows.first_row(b, cu) + (length + block_m - 1) / block_m * block_m;
+      const long long next_start = b + 1 < 4 ? rows.first_row(b + 1, cu) : plan.rows_per_head;
+      EXPECT_LE(last_block_end, next_start) << "D " << d << " sequence " << b;
+      EXPECT_EQ(rows.first_row(b, cu) % 4, 0) << "D " << d << " sequence " << b;
+    }
+    expect_layout_sound(plan, p);
   }
-  expect_layout_sound(plan, p);
 }
 
 TEST(BwdPlanner, CausalFoldsIntoTheRightWindowEdge) {
@@ -99,15 +103,22 @@ TEST(BwdPlanner, EveryForwardHeadDimHasABackward) {
 }
 
 // Up to 128 the warpgroups split the keys (128 per CTA); above, the roles (64 keys per CTA, so twice the
-// CTAs); D = 96 pads its tiles to two whole 64-column boxes.
+// CTAs); D = 96 pads its tiles to two whole 64-column boxes. At D = 64 a step is 128 query rows and the
+// warpgroups split dQ by rows (64 each, every column); at 96 and 128, 64 rows split by columns.
 TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
   for (int d : {64, 96, 128}) {
     const BwdTileConfig tile = bwd_tile_config(d);
     EXPECT_EQ(tile.split, BwdSplit::kKeys) << d;
     EXPECT_EQ(tile.block_n, 128) << d;
-    EXPECT_EQ(tile.dq_chunks(), 2) << d;
+    EXPECT_EQ(tile.block_m, d == 64 ? 128 : 64) << d;
+    EXPECT_EQ(tile.dq_row_slices(), tile.block_m / 64) << d;
+    EXPECT_EQ(tile.dq_chunks(), d == 64 ? 1 : 2) << d;
+    // The two warpgroups' dQ slices tile the block_m x tile_cols product exactly once.
+    EXPECT_EQ(tile.dq_row0(0) == tile.dq_row0(1), tile.dq_col0(0) != tile.dq_col0(1)) << d;
+    EXPECT_EQ(64 * tile.dq_cols_per_warpgroup() * tile.consumer_warpgroups, tile.block_m * tile.tile_cols()) << d;
     EXPECT_GT(tile.dq_stage_bytes(), 0) << d;
     EXPECT_EQ(tile.probs_bytes(), 0) << d;
+    EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
   }
   EXPECT_EQ(bwd_tile_config(96).tile_cols(), 128);
   EXPECT_EQ(bwd_tile_config(96).q_bytes(), 64 * 128 * 2);
