@@ -1,7 +1,7 @@
 // A model of the backward's deterministic dQ protocol (dq_writer.cuh), run on the CPU: the writer of key
 // block n walks its query blocks from the last down, waits until the block's semaphore reaches its turn
-// (bwd_dq_turn), issues its adds, and passes a turn on only after issuing its next step's adds (the last
-// one after its loop). CTAs start in index order, at most `resident` at once, a new one as one finishes.
+// (bwd_dq_turn), issues its adds, waits for them to land and passes the turn on (turn + 1) before its next
+// step. CTAs start in index order, at most `resident` at once, a new one as one finishes.
 // The model runs the writers in every round-robin order of one action each and checks that every run
 // finishes (no CTA waits on one that cannot move) and that each query block receives the adds of exactly
 // its contributing key blocks, in key-block order.
@@ -29,8 +29,7 @@ struct Step {
 // One key block's writer: its steps and how far it got.
 struct Writer {
   std::vector<Step> steps;
-  int next = 0;          // the step whose turn it waits for
-  int unpassed = -1;     // a step whose adds are issued but whose turn is not passed on yet
+  int next = 0;  // the step whose turn it waits for
   bool done = false;
 };
 
@@ -62,22 +61,21 @@ Outcome run_protocol(const MaskSpec& mask, int group_size, int resident, int str
   int launched = 0;
   int running = 0;
   int cursor = 0;
-  auto pass = [&](Writer& w, int step) {
-    semaphore[{w.steps[step].head, w.steps[step].m_block}] = w.steps[step].turn + 1;
-  };
-  // One action of writer n: take its next turn if it has come (then pass the previous one), or finish.
+  // One action of writer n: take its next turn if it has come (add, then pass it on), or finish.
   auto act = [&](int n) {
     Writer& w = writers[n];
     if (w.next == int(w.steps.size())) {
-      if (w.unpassed >= 0) pass(w, w.unpassed);
       w.done = true;
       return true;
     }
-    const Step& step = w.steps[w.next];
-    if (semaphore[{step.head, step.m_block}] != step.turn) return false;
+    const Step& step = w.steps[w.next++];
+    int& count = semaphore[{step.head, step.m_block}];
+    if (count != step.turn) {
+      --w.next;
+      return false;
+    }
     outcome.adds[{step.head, step.m_block}].push_back(n);
-    if (w.unpassed >= 0) pass(w, w.unpassed);
-    w.unpassed = w.next++;
+    count = step.turn + 1;
     return true;
   };
   while (true) {
@@ -106,7 +104,7 @@ struct ProtocolCase {
   int seqlen_q, seqlen_k, left, right, group_size;
 };
 
-TEST(DqTurns, DeferredPassingFinishesAndAddsInKeyBlockOrder) {
+TEST(DqTurns, EveryRunFinishesAndAddsInKeyBlockOrder) {
   const ProtocolCase cases[] = {{1024, 1024, -1, -1, 1}, {1024, 1024, -1, 0, 1}, {700, 1300, -1, 0, 2},
                                 {1300, 700, -1, 0, 1},   {900, 900, 200, 0, 1},  {640, 1280, 100, 300, 2},
                                 {1, 1000, -1, -1, 1},    {1000, 130, -1, 0, 3}};

@@ -76,23 +76,8 @@ struct BwdDqWriter {
     }
   }
 
-  // Deterministic mode: hands the turn of a query block on to the next key block once this CTA's adds
-  // into it have landed.
-  __device__ static void pass_turn(const DqTurn& turn) {
-    fence_async_global();
-    __threadfence();
-    store_release_gpu(turn.semaphore, turn.turn + 1);
-  }
-
   // Unpaired, or paired rank 0: each step's partial (plus, paired, the partner's) reduce-added into the
   // accumulator, in deterministic mode in this query block's turn.
-  //
-  // Deterministic mode passes a step's turn on one step late: after issuing step t's adds, the warp waits
-  // for step t - 1's to land (bulk groups complete in order) and only then passes that turn. Waiting for
-  // step t's own adds before taking step t + 1 would put the adds' whole round trip on every step of the
-  // writer, which then ran behind the consumers (16-23% slower than the unordered mode at 16K tokens).
-  // The chain stays acyclic: passing step t's turn waits for this CTA's next turn, which waits only for
-  // lower key blocks (launched earlier) at later steps, and a CTA's last turn is passed after its loop.
   __device__ static void run(const BwdKernelParams& p, const BwdTileWork& work, char* smem,
                              BwdBarriers<kCfg.stages>* bars) {
     const int steps = work.num_steps();
@@ -104,7 +89,6 @@ struct BwdDqWriter {
     named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
 
     int step = 0;
-    DqTurn previous{nullptr, 0};  // the turn whose adds are issued but not yet passed on
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block, ++step) {
         const DqTurn turn = dq_turn<kHeadDim>(p, work, head, m_block);
@@ -119,17 +103,12 @@ struct BwdDqWriter {
         // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
         if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
         if (turn.semaphore != nullptr && leader) {
-          if (previous.semaphore != nullptr) {
-            bulk_wait_group_all_but_last();  // the previous step's adds, not just their reads
-            pass_turn(previous);
-          }
-          previous = turn;
+          bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
+          fence_async_global();
+          __threadfence();
+          store_release_gpu(turn.semaphore, turn.turn + 1);
         }
       }
-    }
-    if (previous.semaphore != nullptr && leader) {
-      bulk_wait_group_all();
-      pass_turn(previous);
     }
   }
 };

@@ -36,10 +36,6 @@ __device__ __forceinline__ void bulk_wait_group_read_all() {
 }
 // Waits until this thread's bulk groups have completed, writes included.
 __device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Waits until all but this thread's most recent bulk group have completed, writes included.
-__device__ __forceinline__ void bulk_wait_group_all_but_last() {
-  asm volatile("cp.async.bulk.wait_group 1;\n" ::: "memory");
-}
 
 // Orders the async proxy's global accesses (bulk copies) against this thread's generic ones.
 __device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
