@@ -24,8 +24,8 @@ struct BwdBarriers {
 //  - Split by keys: kDsReady is among the two consumer warpgroups; the dQ pair is the hand-off between
 //    the consumers and the dQ writer warp (consumers sync on kDqEmpty and arrive on kDqFull, the writer
 //    the other way round), so no consumer ever waits for a reduce-add to be issued.
-//  - Split by roles: warpgroup 0 arrives on kProbsReady and warpgroup 1 syncs on it; warpgroup 1 arrives
-//    on kDsReady and warpgroup 0 syncs on it. Deterministic mode adds the dQ turn barriers.
+//  - Split by roles: warpgroup 0 arrives on kProbsReady and warpgroup 1 syncs on it; both sync on
+//    kDsReady. Deterministic mode adds the dQ turn barriers.
 enum class BwdBarrierId : int {
   kDsReady = 1,     // dS^T is complete in shared memory
   kDqFull = 2,      // both column halves of dQ are in the staging buffer
