@@ -26,6 +26,12 @@ def read_rows(path):
     return rows
 
 
+def column_name(row):
+    """The table column of a row: its provider, marked when the row timed the deterministic backward (it
+    shares its (mode, D, causal, N) cell with the default run's row)."""
+    return row["provider"] + (" det" if row.get("deterministic") else "")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -53,8 +59,8 @@ def main():
     table = {}
     for row in rows:
         key = (row["mode"], row["D"], row["causal"], row["N"])
-        table.setdefault(key, {})[row["provider"]] = row["tflops"]
-    providers = sorted({row["provider"] for row in rows}, key=lambda name: (name != "flash4", name))
+        table.setdefault(key, {})[column_name(row)] = row["tflops"]
+    providers = sorted({column_name(row) for row in rows}, key=lambda name: (not name.startswith("flash4"), name))
     widths = [max(8, len(name)) for name in providers]
     print("TFLOPS (anchors' FLOP convention: fwd 4*B*H*N*N*D, x0.5 causal; bwd 2.5 x fwd)")
     print(f"{'mode':4} {'D':>4} {'causal':>6} {'N':>6} " + " ".join(f"{n:>{w}}" for n, w in zip(providers, widths)))

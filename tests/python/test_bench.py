@@ -90,3 +90,24 @@ def test_peers_script_reuses_the_package_runners():
     done = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "peers.py"), "--help"], capture_output=True,
                           text=True)
     assert done.returncode == 0 and "--dims" in done.stdout and "--seqlens" in done.stdout
+
+
+def test_merge_bench_keeps_deterministic_rows_in_their_own_column(tmp_path):
+    """tools/merge_bench.py: a deterministic backward row and the default row of the same shape both reach
+    the document, and the printed table shows them in separate columns instead of one overwriting the
+    other."""
+    common = {"mode": "bwd", "D": 64, "causal": 0, "N": 16384, "B": 1, "H": 32, "ms": 1.0}
+    lines = [dict(common, provider="flash4", tflops=435.6, deterministic=0),
+             dict(common, provider="flash4", tflops=408.8, deterministic=1),
+             dict(common, provider="sdpa_cudnn", tflops=447.8)]
+    raw = tmp_path / "rows.jsonl"
+    raw.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "merged.json"
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "merge_bench.py"), str(out), str(raw),
+                           "--commit", "abc", "--device", "H200", "--software", "test"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(out.read_text())["rows"]) == 3
+    header, row = done.stdout.splitlines()[1:3]
+    assert header.split()[4:] == ["flash4", "flash4", "det", "sdpa_cudnn"]  # "flash4 det" is one column
+    assert row.split()[4:] == ["435.6", "408.8", "447.8"]
