@@ -68,14 +68,12 @@ Outcome run_protocol(const MaskSpec& mask, int group_size, int resident, int str
       w.done = true;
       return true;
     }
-    const Step& step = w.steps[w.next++];
+    const Step& step = w.steps[w.next];
     int& count = semaphore[{step.head, step.m_block}];
-    if (count != step.turn) {
-      --w.next;
-      return false;
-    }
+    if (count != step.turn) return false;
     outcome.adds[{step.head, step.m_block}].push_back(n);
     count = step.turn + 1;
+    ++w.next;
     return true;
   };
   while (true) {
