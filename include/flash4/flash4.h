@@ -172,7 +172,9 @@ FLASH4_API flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stre
 
 FLASH4_API flash4_status flash4_bwd_check(const flash4_bwd_params* params);
 /* The backward's device workspace: at least this many bytes, 256-byte aligned (cudaMalloc's alignment).
- * A smaller one is FLASH4_ERROR_INVALID_ARGUMENT, a misaligned one FLASH4_ERROR_MISALIGNED. */
+ * A smaller one is FLASH4_ERROR_INVALID_ARGUMENT, a misaligned one FLASH4_ERROR_MISALIGNED. It holds an
+ * fp32 dQ accumulator (4 bytes x heads_q x head_dim per padded query row); deterministic = 1 needs up to 4
+ * of them, so size the workspace with the same `deterministic` value as the launch. */
 FLASH4_API flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* params, size_t* bytes);
 FLASH4_API flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stream_t stream);
 

@@ -29,8 +29,10 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   plan.rows_per_head = rows.rows_per_head(params.batch, params.total_q);
   const std::size_t row_count = std::size_t(params.heads_q) * std::size_t(plan.rows_per_head);
   BwdWorkspaceLayout& ws = plan.workspace;
-  ws.dq_accum_bytes = row_count * params.head_dim * sizeof(float);
-  ws.semaphore_bytes = std::size_t(params.heads_q) * params.batch * plan.m_blocks_max * sizeof(int);
+  plan.dq_copies = bwd_dq_copies(params.deterministic != 0, plan.n_blocks_max, cluster);
+  const std::size_t copies = std::size_t(plan.dq_copies);
+  ws.dq_accum_bytes = copies * row_count * params.head_dim * sizeof(float);
+  ws.semaphore_bytes = copies * std::size_t(params.heads_q) * params.batch * plan.m_blocks_max * sizeof(int);
   ws.dq_accum = 0;
   ws.lse_log2 = align_up(ws.dq_accum + ws.dq_accum_bytes);
   ws.dsum = align_up(ws.lse_log2 + row_count * sizeof(float));

@@ -27,12 +27,12 @@ void expect_layout_sound(const BwdPlan& plan, const flash4_bwd_params& p) {
   const BwdWorkspaceLayout& ws = plan.workspace;
   for (std::size_t offset : {ws.dq_accum, ws.lse_log2, ws.dsum, ws.semaphores, ws.total}) EXPECT_EQ(offset % 256, 0u);
   const std::size_t rows = std::size_t(p.heads_q) * plan.rows_per_head;
-  EXPECT_EQ(ws.dq_accum_bytes, rows * p.head_dim * sizeof(float));
+  EXPECT_EQ(ws.dq_accum_bytes, plan.dq_copies * rows * p.head_dim * sizeof(float));
   EXPECT_GE(ws.lse_log2, ws.dq_accum + ws.dq_accum_bytes);
   EXPECT_GE(ws.dsum, ws.lse_log2 + rows * sizeof(float));
   EXPECT_GE(ws.semaphores, ws.dsum + rows * sizeof(float));
   EXPECT_GE(ws.total, ws.semaphores + ws.semaphore_bytes);
-  EXPECT_EQ(ws.semaphore_bytes, std::size_t(p.heads_q) * p.batch * plan.m_blocks_max * sizeof(int));
+  EXPECT_EQ(ws.semaphore_bytes, plan.dq_copies * std::size_t(p.heads_q) * p.batch * plan.m_blocks_max * sizeof(int));
 }
 
 TEST(BwdPlanner, FixedLengthPadsEachSequenceToWholeQueryBlocks) {
@@ -85,6 +85,25 @@ TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
       EXPECT_EQ(rows.first_row(b, cu) % 4, 0) << "D " << d << " sequence " << b;
     }
     expect_layout_sound(plan, p);
+  }
+}
+
+// Deterministic mode splits the dQ accumulator into kBwdDeterministicDqCopies copies, fewer when there are
+// fewer writer units (key blocks, or pairs); otherwise one. The workspace grows with the copies.
+TEST(BwdPlanner, DeterministicModeSplitsTheDqAccumulator) {
+  for (int d : {64, 128, 256}) {
+    const BwdTileConfig tile = bwd_tile_config(d);
+    for (int key_blocks : {1, 2, 3, 4, 9}) {
+      flash4_bwd_params p = fixed_length(2, 300, key_blocks * tile.cluster_ctas * tile.block_n, 4, 2, d);
+      const BwdPlan loose = plan_backward(p);
+      EXPECT_EQ(loose.dq_copies, 1) << d;
+      p.deterministic = 1;
+      const BwdPlan plan = plan_backward(p);
+      EXPECT_EQ(plan.dq_copies, key_blocks < kBwdDeterministicDqCopies ? key_blocks : kBwdDeterministicDqCopies)
+          << "D " << d << ", " << key_blocks << " writer units";
+      EXPECT_EQ(plan.workspace.dq_accum_bytes, plan.dq_copies * loose.workspace.dq_accum_bytes) << d;
+      expect_layout_sound(plan, p);
+    }
   }
 }
 

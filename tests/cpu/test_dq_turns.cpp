@@ -1,14 +1,16 @@
 // A model of the backward's deterministic dQ protocol (dq_writer.cuh), run on the CPU: the writer of key
-// block n walks its query blocks from the last down, waits until the block's semaphore reaches its turn
-// (bwd_dq_turn), issues its adds, waits for them to land and passes the turn on (turn + 1) before its next
-// step. CTAs start in index order, at most `resident` at once, a new one as one finishes.
+// block n walks its query blocks from the last down, waits until the semaphore of the block's copy of the
+// accumulator reaches its turn (bwd_dq_order), issues its adds, waits for them to land and passes the turn
+// on (turn + 1) before its next step. CTAs start in index order, at most `resident` at once, a new one as
+// one finishes.
 // The model runs the writers in every round-robin order of one action each and checks that every run
-// finishes (no CTA waits on one that cannot move) and that each query block receives the adds of exactly
-// its contributing key blocks, in key-block order.
+// finishes (no CTA waits on one that cannot move) and that each copy of each query block receives the adds
+// of exactly its contributing key blocks (those of the copy's residue), in key-block order, so that the
+// copies together hold every contributor once.
 #include <gtest/gtest.h>
 
 #include <map>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "kernels/common/bwd_tile_config.hpp"
@@ -23,8 +25,10 @@ constexpr int kBlockN = 128;
 struct Step {
   int head;
   int m_block;
-  int turn;
+  BwdDqOrder order;
 };
+
+using BlockCopy = std::tuple<int, int, int>;  // (head, query block, copy)
 
 // One key block's writer: its steps and how far it got.
 struct Writer {
@@ -33,13 +37,13 @@ struct Writer {
   bool done = false;
 };
 
-std::vector<Step> writer_steps(const MaskSpec& mask, int n_block, int group_size) {
+std::vector<Step> writer_steps(const MaskSpec& mask, int n_block, int group_size, int copies) {
   std::vector<Step> steps;
   const QueryBlockRange queries = query_block_range(mask, n_block * kBlockN, kBlockN, kBlockM);
   for (int head = 0; head < group_size; ++head) {
     for (int m = queries.end - 1; m >= queries.begin; --m) {
       const int first = key_block_range(mask, m * kBlockM, kBlockM, kBlockN).begin;
-      steps.push_back({head, m, bwd_dq_turn(n_block, first, 1)});
+      steps.push_back({head, m, bwd_dq_order(n_block, first, 1, copies)});
     }
   }
   return steps;
@@ -47,16 +51,16 @@ std::vector<Step> writer_steps(const MaskSpec& mask, int n_block, int group_size
 
 struct Outcome {
   bool finished = true;
-  std::map<std::pair<int, int>, std::vector<int>> adds;  // (head, query block) -> key blocks in add order
+  std::map<BlockCopy, std::vector<int>> adds;  // key blocks in add order
 };
 
 // `stride` varies which running writer moves next: the scan for one that can move starts `stride` further on
 // after every action.
-Outcome run_protocol(const MaskSpec& mask, int group_size, int resident, int stride) {
+Outcome run_protocol(const MaskSpec& mask, int group_size, int copies, int resident, int stride) {
   const int n_blocks = (mask.seqlen_k + kBlockN - 1) / kBlockN;
   std::vector<Writer> writers(n_blocks);
-  for (int n = 0; n < n_blocks; ++n) writers[n].steps = writer_steps(mask, n, group_size);
-  std::map<std::pair<int, int>, int> semaphore;
+  for (int n = 0; n < n_blocks; ++n) writers[n].steps = writer_steps(mask, n, group_size, copies);
+  std::map<BlockCopy, int> semaphore;
   Outcome outcome;
   int launched = 0;
   int running = 0;
@@ -69,10 +73,11 @@ Outcome run_protocol(const MaskSpec& mask, int group_size, int resident, int str
       return true;
     }
     const Step& step = w.steps[w.next];
-    int& count = semaphore[{step.head, step.m_block}];
-    if (count != step.turn) return false;
-    outcome.adds[{step.head, step.m_block}].push_back(n);
-    count = step.turn + 1;
+    const BlockCopy target{step.head, step.m_block, step.order.copy};
+    int& count = semaphore[target];
+    if (count != step.order.turn) return false;
+    outcome.adds[target].push_back(n);
+    count = step.order.turn + 1;
     ++w.next;
     return true;
   };
@@ -109,21 +114,27 @@ TEST(DqTurns, EveryRunFinishesAndAddsInKeyBlockOrder) {
   for (const ProtocolCase& c : cases) {
     const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
     const int n_blocks = (c.seqlen_k + kBlockN - 1) / kBlockN;
-    for (int resident : {1, 2, 3, n_blocks}) {
-      for (int stride : {1, 2, 3, 5}) {
-        SCOPED_TRACE(testing::Message() << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left
-                                        << ", " << c.right << ") group " << c.group_size << " resident "
-                                        << resident << " stride " << stride);
-        const Outcome outcome = run_protocol(mask, c.group_size, resident, stride);
-        ASSERT_TRUE(outcome.finished) << "a writer waits for a turn that never comes";
-        for (int head = 0; head < c.group_size; ++head) {
-          for (int m = 0; m * kBlockM < c.seqlen_q; ++m) {
-            const KeyBlockRange keys = key_block_range(mask, m * kBlockM, kBlockM, kBlockN);
-            std::vector<int> expected;
-            for (int n = keys.begin; n < keys.end; ++n) expected.push_back(n);
-            const auto found = outcome.adds.find({head, m});
-            const std::vector<int> got = found == outcome.adds.end() ? std::vector<int>{} : found->second;
-            EXPECT_EQ(got, expected) << "head " << head << " query block " << m;
+    for (int copies : {1, 2, bwd_dq_copies(true, n_blocks, 1)}) {
+      for (int resident : {1, 2, 3, n_blocks}) {
+        for (int stride : {1, 2, 3, 5}) {
+          SCOPED_TRACE(testing::Message() << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left
+                                          << ", " << c.right << ") group " << c.group_size << " copies " << copies
+                                          << " resident " << resident << " stride " << stride);
+          const Outcome outcome = run_protocol(mask, c.group_size, copies, resident, stride);
+          ASSERT_TRUE(outcome.finished) << "a writer waits for a turn that never comes";
+          for (int head = 0; head < c.group_size; ++head) {
+            for (int m = 0; m * kBlockM < c.seqlen_q; ++m) {
+              const KeyBlockRange keys = key_block_range(mask, m * kBlockM, kBlockM, kBlockN);
+              for (int copy = 0; copy < copies; ++copy) {
+                std::vector<int> expected;
+                for (int n = keys.begin; n < keys.end; ++n) {
+                  if (n % copies == copy) expected.push_back(n);
+                }
+                const auto found = outcome.adds.find({head, m, copy});
+                const std::vector<int> got = found == outcome.adds.end() ? std::vector<int>{} : found->second;
+                EXPECT_EQ(got, expected) << "head " << head << " query block " << m << " copy " << copy;
+              }
+            }
           }
         }
       }

@@ -210,7 +210,7 @@ ref::Precision precision_of(flash4_dtype dtype) {
 // before every run, so each run writes them all again).
 constexpr int kDeterminismRuns = 100;
 
-// The main kernel (split by keys: the dQ writer warp orders the bulk reduce-adds) and, when built, a head
+// The main kernel (split by keys: the dQ writer warps order the bulk reduce-adds) and, when built, a head
 // dim split by roles (the consumers order their own reductions).
 std::vector<BackwardCase> determinism_cases() {
   std::vector<BackwardCase> cases;

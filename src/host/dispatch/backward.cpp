@@ -91,7 +91,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.dq_accum = reinterpret_cast<float*>(workspace + plan.workspace.dq_accum);
   {
     std::string error;
-    if (!encode_tma_view(make_dq_accum_view(kp.dq_accum, p.head_dim, plan.rows_per_head, p.heads_q, plan.tile.block_m,
+    if (!encode_tma_view(make_dq_accum_view(kp.dq_accum, p.head_dim, plan.rows_per_head, p.heads_q, plan.dq_copies, plan.tile.block_m,
                                             plan.tile.dq_box_cols()),
                          &kp.tma_dq_accum, error)) {
       result.status = FLASH4_ERROR_CUDA;
@@ -114,6 +114,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.dsum = reinterpret_cast<float*>(workspace + plan.workspace.dsum);
   kp.dq_semaphores = reinterpret_cast<int*>(workspace + plan.workspace.semaphores);
   kp.rows_per_head = plan.rows_per_head;
+  kp.dq_copies = plan.dq_copies;
   kp.batch = p.batch;
   kp.seqlen_q = p.seqlen_q;
   kp.seqlen_k = p.seqlen_k;

@@ -24,7 +24,7 @@ struct BwdKernelParams {
   CUtensorMap tma_do;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
-  CUtensorMap tma_dq_accum;  // fp32 [heads_q][rows_per_head][head_dim], 8-column x block_m boxes, unswizzled
+  CUtensorMap tma_dq_accum;  // fp32 [dq_copies][heads_q][rows_per_head][head_dim], 8-column x block_m boxes, unswizzled
 
   // Inputs the pre/postprocess read element by element.
   const void* o;
@@ -41,11 +41,12 @@ struct BwdKernelParams {
   TensorStrides dv_strides;
 
   // Workspace (see BwdWorkspaceRows): per query head, rows_per_head rows.
-  float* dq_accum;     // [heads_q][rows_per_head][head_dim], zeroed by the host before the main kernel
+  float* dq_accum;     // [dq_copies][heads_q][rows_per_head][head_dim], zeroed by the host before the main kernel
   float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
   float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows
-  int* dq_semaphores;  // deterministic mode: [heads_q][batch][m_blocks_max], zeroed by the host
+  int* dq_semaphores;  // deterministic mode: [dq_copies][heads_q][batch][m_blocks_max], zeroed by the host
   long long rows_per_head;
+  int dq_copies;       // copies of the dQ accumulator the postprocess sums (bwd_dq_copies): 1 unless deterministic
 
   int batch;
   int seqlen_q;

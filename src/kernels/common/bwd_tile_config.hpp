@@ -127,11 +127,37 @@ struct BwdTileConfig {
   }
 };
 
-// Deterministic mode: the turn of key block n among the contributors to a query block whose first
-// contributing key block is first_block, counted in clusters (a pair adds once, for both its blocks).
-// Rounding each block down to its cluster before subtracting matters when first_block is odd.
-FLASH4_HD constexpr int bwd_dq_turn(int n_block, int first_block, int cluster_ctas) {
-  return n_block / cluster_ctas - first_block / cluster_ctas;
+// Deterministic mode: the dQ accumulator is split into copies that the postprocess sums in a fixed
+// order; writer unit u (a key block, or paired a pair of them) adds into copy u % copies, in turn after
+// the lower units of the same copy. The turns form a chain per (query block, copy), and each link costs
+// the latency of an add landing plus a release / acquire: a unit's first add waits for every lower unit of
+// its copy, so with one copy the last of 128 key blocks starts about 128 of those latencies late, and
+// under causal masking, where that block has the fewest steps, its SM idles that long. Four copies cut
+// the chains, and that idle time, by four, for four times the accumulator's memory (and its zeroing and
+// reads in the postprocess, a few percent of the backward at 16K tokens).
+inline constexpr int kBwdDeterministicDqCopies = 4;
+
+// The copies a backward uses: one unless deterministic, and no more than it has writer units (key blocks,
+// or paired, pairs: n_blocks is a whole number of clusters).
+FLASH4_HD constexpr int bwd_dq_copies(bool deterministic, int n_blocks, int cluster_ctas) {
+  const int units = n_blocks / cluster_ctas;
+  if (!deterministic || units < 1) return 1;
+  return units < kBwdDeterministicDqCopies ? units : kBwdDeterministicDqCopies;
+}
+
+// The copy key block n_block adds into, and its turn among that copy's contributors to a query block whose
+// first contributing key block is first_block (counted in clusters: a pair adds once, for both its
+// blocks; rounding each block down to its cluster before subtracting matters when first_block is odd).
+// The contributors of copy c are the units u >= first_unit with u % copies == c; the lowest is less than
+// `copies` above first_unit.
+struct BwdDqOrder {
+  int copy;
+  int turn;
+};
+FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int first_block, int cluster_ctas, int copies) {
+  const int unit = n_block / cluster_ctas;
+  const int first_unit = first_block / cluster_ctas;
+  return BwdDqOrder{unit % copies, (unit - first_unit) / copies};
 }
 
 // Head dims with a backward kernel: every head dim the forward has.

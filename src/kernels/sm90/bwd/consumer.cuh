@@ -10,8 +10,8 @@
 //                                                          the slice is half the columns when block_m = 64,
 //                                                          at D = 96 with 32 zero columns; half the rows when
 //                                                          block_m = 128)
-//   dQ -> fp32 staging -> TMA reduce-add into the workspace accumulator (issued by the writer warp,
-//   dq_writer.cuh); the consumers never wait for the adds.
+//   dQ -> fp32 staging -> TMA reduce-add into the workspace accumulator (issued by the step's writer
+//   warp, dq_writer.cuh); the consumers never wait for the adds.
 //
 // The softmax scale is left out of dS and applied once at the end (dK here, dQ in the postprocess).
 #pragma once
@@ -106,13 +106,13 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     }
   }
 
-  // Stages dQ for the writer warp: waits until the writer's previous reduce-adds have read the buffer,
-  // writes this warpgroup's columns, and signals the writer without waiting for it.
-  __device__ __forceinline__ void hand_off_dq(const DqSlice& dq) const {
+  // Stages step `step`'s dQ for its writer warp: waits until the previous step's reduce-adds have read the
+  // buffer, writes this warpgroup's slice, and signals the writer without waiting for it.
+  __device__ __forceinline__ void hand_off_dq(const DqSlice& dq, int step) const {
     named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
     stage_dq(dq);
     fence_async_shared();  // the TMA reduce-adds read the staging boxes through the async proxy
-    named_barrier_arrive(int(BwdBarrierId::kDqFull), kBwdDqHandoffThreads);
+    named_barrier_arrive(dq_full_barrier(step, bwd_dq_writer_warps(kCfg.cluster_ctas)), kBwdDqHandoffThreads);
   }
 
   __device__ __forceinline__ void store_gradients(const BwdKernelParams& p, const BwdTileWork& work, const Gradient& dk,
@@ -146,6 +146,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       // after their dQ products have read dS, before either writes step t + 1's.
       static_assert(kCfg.ds_buffers() == 1 || kCfg.ds_buffers() == kCfg.stages, "dS buffers follow the stage ring");
       RingPosition<kCfg.stages> ring;
+      int step = 0;
       // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
       // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
@@ -184,7 +185,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             Ops::issue_gradient(dk, ds_frag, q_tile);
             wgmma_commit();
           } else if constexpr (!kEarlyDv) {
-            // The exponentials run while dP^T is still in flight; dV and dK are issued together.
+            // The exponentials run while dP^T is still in flight; dV and dK are issued together. LSE and D
+            // are read at their use (Ops::row_stat).
             wgmma_wait<1>();
             pin_registers(s);
             if (masked) Ops::template probabilities<true>(s, lse, p, mask, key0, query0);
@@ -199,18 +201,22 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             Ops::issue_gradient(dk, ds_frag, q_tile);
             wgmma_commit();
           } else {
-            // The exponentials run while dP^T is still in flight, dS^T while dV is.
+            // The exponentials run while dP^T is still in flight, dS^T while dV is. LSE and D are loaded
+            // before the waits (Ops::row_stat).
+            typename Ops::RowStats row_stats;
+            Ops::load_row_stats(row_stats, lse);
             wgmma_wait<1>();
             pin_registers(s);
-            if (masked) Ops::template probabilities<true>(s, lse, p, mask, key0, query0);
-            else Ops::template probabilities<false>(s, lse, p, mask, key0, query0);
+            if (masked) Ops::template probabilities<true>(s, row_stats, p, mask, key0, query0);
+            else Ops::template probabilities<false>(s, row_stats, p, mask, key0, query0);
             Ops::to_fragments(s, p_frag);
             wgmma_fence();
             Ops::issue_gradient(dv, p_frag, do_tile);
             wgmma_commit();
+            Ops::load_row_stats(row_stats, dsum);
             wgmma_wait<1>();
             pin_registers(dp);
-            Ops::score_gradients(dp, s, dsum);
+            Ops::score_gradients(dp, s, row_stats);
             Ops::to_fragments(dp, ds_frag);
             wgmma_fence();
             Ops::issue_gradient(dk, ds_frag, q_tile);
@@ -234,9 +240,10 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           pin_registers(ds_frag);
           pin_registers(dq);
           Ops::release(&bars->stage_empty[ring.stage]);
-          hand_off_dq(dq);
+          hand_off_dq(dq, step);
 
           ring.advance();
+          ++step;
         }
       }
     }

@@ -139,15 +139,31 @@ struct BwdConsumerOps {
     }
   }
 
+  // A stage's LSE or D at this thread's accumulator columns of column block k (8 k + 2 (lane % 4), and the
+  // next): read from shared memory at its use, or taken from registers loaded earlier (RowStats). At
+  // block_m = 64 the split-by-keys consumer loads them before it waits for the product they combine with:
+  // read after the wait, the loads' latency (long while the tensor cores stream their operands from shared
+  // memory) stalled the first use, about a tenth of the D = 128 consumers' cycles. At block_m = 128 the
+  // 32 registers they take then spill.
+  using RowStats = float2[kBlockM / 8];
+  __device__ __forceinline__ static void load_row_stats(RowStats& stats, const float* row_values) {
+#pragma unroll
+    for (int k = 0; k < kBlockM / 8; ++k) stats[k] = row_stat(row_values, k);
+  }
+  __device__ __forceinline__ static float2 row_stat(const float* row_values, int k) {
+    return load_shared_float2(row_values + 8 * k + 2 * (lane() % 4));
+  }
+  __device__ __forceinline__ static float2 row_stat(const RowStats& stats, int k) { return stats[k]; }
+
   // P^T = exp2(S^T scale_log2 - LSE), in place in s; masked entries 0. Padding rows have LSE = +inf and
   // so P = 0 there too.
-  template <bool kMasked>
-  __device__ __forceinline__ static void probabilities(Scores& s, const float* lse_log2, const BwdKernelParams& p,
+  template <bool kMasked, class Stats>
+  __device__ __forceinline__ static void probabilities(Scores& s, const Stats& lse_log2, const BwdKernelParams& p,
                                                        const MaskSpec& mask, int key0, int query0) {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
-      const float2 lse = load_shared_float2(lse_log2 + col);
+      const float2 lse = row_stat(lse_log2, k);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -176,10 +192,11 @@ struct BwdConsumerOps {
   }
 
   // dS^T = P^T (dP^T - D), in place in dp (zero wherever P is).
-  __device__ __forceinline__ static void score_gradients(Scores& dp, const Scores& prob, const float* dsum) {
+  template <class Stats>
+  __device__ __forceinline__ static void score_gradients(Scores& dp, const Scores& prob, const Stats& dsum) {
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
-      const float2 d = load_shared_float2(dsum + 8 * k + 2 * (lane() % 4));
+      const float2 d = row_stat(dsum, k);
 #pragma unroll
       for (int r = 0; r < 4; ++r) dp[4 * k + r] = prob[4 * k + r] * (dp[4 * k + r] - (r % 2 == 0 ? d.x : d.y));
     }

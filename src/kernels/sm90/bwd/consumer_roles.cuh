@@ -113,10 +113,10 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   template <int kRole>
   __device__ __forceinline__ void add_dq(const BwdKernelParams& p, const BwdTileWork& work, const char* ds_tile,
                                          int head, int m_block) const {
-    float* accum = dq_accum_rows<kHeadDim>(p, work, head, m_block);
-    const DqTurn turn = dq_turn<kHeadDim>(p, work, head, m_block);
-    if (turn.semaphore != nullptr) {
-      if (threadIdx.x % kWarpgroupThreads == 0) spin_until_acquire_gpu(turn.semaphore, turn.turn);
+    const DqTarget target = dq_target<kHeadDim>(p, work, head, m_block);
+    float* accum = dq_accum_rows<kHeadDim>(p, work, target.copy, head, m_block);
+    if (target.semaphore != nullptr) {
+      if (threadIdx.x % kWarpgroupThreads == 0) spin_until_acquire_gpu(target.semaphore, target.turn);
       named_barrier_sync(int(BwdBarrierId::kDqTurn) + kRole, kWarpgroupThreads);
     }
 #pragma unroll
@@ -137,10 +137,10 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
         }
       }
     }
-    if (turn.semaphore != nullptr) {
+    if (target.semaphore != nullptr) {
       __threadfence();  // this thread's reductions before the release below, through the barrier
       named_barrier_sync(int(BwdBarrierId::kDqAdded), kBwdConsumerThreads);
-      if (threadIdx.x % kBwdConsumerThreads == 0) store_release_gpu(turn.semaphore, turn.turn + 1);
+      if (threadIdx.x % kBwdConsumerThreads == 0) store_release_gpu(target.semaphore, target.turn + 1);
     }
   }
 

@@ -1,5 +1,6 @@
-// The dQ writer: warp 1 of the producer warpgroup. For every query-block step the consumers stage their
-// fp32 dQ partial (64 rows x head_dim, as boxes of 8 columns) in shared memory; the warp's first lane
+// The dQ writers: warps 1 and 2 of the producer warpgroup, taking the steps in turn (one warp when paired:
+// bwd_dq_writer_warps). For every query-block step the consumers stage their fp32 dQ partial (block_m rows
+// x head_dim, as boxes of 8 columns) in shared memory; the step's writer's first lane
 // reduce-adds it into the workspace accumulator with one TMA reduce-add per box (no per-element atomics,
 // and a handful of instructions: issuing one bulk reduce-add per row kept the warp busy most of each step
 // at D = 64) and hands the staging buffer back once the copy engine has read it. Keeping the issue (and,
@@ -27,14 +28,15 @@ namespace flash4::sm90 {
 template <int kHeadDim>
 struct BwdDqWriter {
   static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  static constexpr int kWriters = bwd_dq_writer_warps(kCfg.cluster_ctas);
 
   // Lane 0 only: the bulk groups it commits are its own to wait for. Paired, rank 0 adds the partner's
   // partial too (its reduce-adds, like its own, in this CTA's turn), then lets the partner reuse both its
   // staging and this CTA's partner buffer.
   __device__ static void add_step(const BwdKernelParams& p, const BwdTileWork& work, char* smem,
-                                  BwdBarriers<kCfg.stages>* bars, int head, int m_block, int step) {
+                                  BwdBarriers<kCfg.stages>* bars, int copy, int head, int m_block, int step) {
     const int row = int(work.workspace_row0) + m_block * kCfg.block_m;
-    add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), row, head);
+    add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), row, head, copy);
     if constexpr (kCfg.cluster_ctas == 2) {
       if (p.deterministic) {  // bulk operations are unordered: the partner's adds must not overtake these
         bulk_commit_group();
@@ -42,7 +44,7 @@ struct BwdDqWriter {
       }
       mbarrier_arrive_expect_bytes(&bars->partner_dq_full, kCfg.dq_buffer_bytes());
       mbarrier_wait(&bars->partner_dq_full, step % 2);
-      add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset()), row, head);
+      add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset()), row, head, copy);
     }
     bulk_commit_group();
     // The buffer goes back as soon as the copy engine has read it: in deterministic mode the wait for the
@@ -51,21 +53,23 @@ struct BwdDqWriter {
     if constexpr (kCfg.cluster_ctas == 2) mbarrier_arrive_cluster(cluster_shared_address(&bars->partner_dq_taken, 1));
   }
 
-  // One staged partial (64 rows x head_dim, as boxes of 8 columns) reduce-added at the block's rows.
-  __device__ static void add_buffer(const BwdKernelParams& p, const float* buffer, int row, int head) {
+  // One staged partial (block_m rows x head_dim, as boxes of 8 columns) reduce-added at the block's rows
+  // of the accumulator copy.
+  __device__ static void add_buffer(const BwdKernelParams& p, const float* buffer, int row, int head, int copy) {
 #pragma unroll
     for (int box = 0; box < kCfg.dq_boxes(); ++box) {
-      tma_reduce_add_4d(&p.tma_dq_accum, buffer + box * kCfg.dq_box_floats(), box * kCfg.dq_box_cols(), row, head, 0);
+      tma_reduce_add_4d(&p.tma_dq_accum, buffer + box * kCfg.dq_box_floats(), box * kCfg.dq_box_cols(), row, head,
+                        copy);
     }
   }
 
   // Rank 1: each step's staged partial goes to rank 0's partner buffer (lane 0 issues one bulk copy); the
-  // staging buffer goes back to the consumers once rank 0 has taken it.
+  // staging buffer goes back to the consumers once rank 0 has taken it. (Paired, one writer warp.)
   __device__ static void run_sender(const BwdTileWork& work, char* smem, BwdBarriers<kCfg.stages>* bars) {
     const int steps = work.num_steps();
     named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
     for (int step = 0; step < steps; ++step) {
-      named_barrier_sync(int(BwdBarrierId::kDqFull), kBwdDqHandoffThreads);
+      named_barrier_sync(dq_full_barrier(step, kWriters), kBwdDqHandoffThreads);
       if (threadIdx.x % 32 == 0) {
         bulk_copy_to_cluster_cta(cluster_shared_address(smem + kCfg.dq_partner_offset(), 0), smem + kCfg.dq_offset(),
                                  kCfg.dq_buffer_bytes(), cluster_shared_address(&bars->partner_dq_full, 0));
@@ -77,36 +81,38 @@ struct BwdDqWriter {
   }
 
   // Unpaired, or paired rank 0: each step's partial (plus, paired, the partner's) reduce-added into the
-  // accumulator, in deterministic mode in this query block's turn.
+  // accumulator (its copy, in deterministic mode in this query block's turn). `writer` (0 ..
+  // kWriters - 1) takes the steps congruent to it.
   __device__ static void run(const BwdKernelParams& p, const BwdTileWork& work, char* smem,
-                             BwdBarriers<kCfg.stages>* bars) {
+                             BwdBarriers<kCfg.stages>* bars, int writer) {
     const int steps = work.num_steps();
     if (steps == 0) return;
     if constexpr (kCfg.cluster_ctas == 2) {
       if (work.pair_rank == 1) return run_sender(work, smem, bars);
     }
     const bool leader = threadIdx.x % 32 == 0;
-    named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
+    if (writer == 0) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
 
     int step = 0;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block, ++step) {
-        const DqTurn turn = dq_turn<kHeadDim>(p, work, head, m_block);
-        if (turn.semaphore != nullptr && leader) {  // waited for while the consumers still compute the step
-          spin_until_acquire_gpu(turn.semaphore, turn.turn);
+        if (step % kWriters != writer) continue;
+        const DqTarget target = dq_target<kHeadDim>(p, work, head, m_block);
+        if (target.semaphore != nullptr && leader) {  // waited for while the consumers still compute the step
+          spin_until_acquire_gpu(target.semaphore, target.turn);
           fence_async_global();  // the reduce-adds below come after the predecessor's, seen through the flag
         }
         __syncwarp();  // bar.sync wants the whole warp
-        named_barrier_sync(int(BwdBarrierId::kDqFull), kBwdDqHandoffThreads);
-        if (leader) add_step(p, work, smem, bars, head, m_block, step);
+        named_barrier_sync(dq_full_barrier(step, kWriters), kBwdDqHandoffThreads);
+        if (leader) add_step(p, work, smem, bars, target.copy, head, m_block, step);
         __syncwarp();
         // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
         if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
-        if (turn.semaphore != nullptr && leader) {
+        if (target.semaphore != nullptr && leader) {
           bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
           fence_async_global();
           __threadfence();
-          store_release_gpu(turn.semaphore, turn.turn + 1);
+          store_release_gpu(target.semaphore, target.turn + 1);
         }
       }
     }

@@ -1,7 +1,7 @@
-// The main backward kernel: warpgroup 0 produces (one thread issues the loads, warp 1 writes dQ when the
-// consumers split by keys, the warpgroup gives its registers to the consumers), warpgroups 1 and 2
-// consume (consumer.cuh or consumer_roles.cuh, by the head dim's BwdSplit). One CTA per (key block,
-// sequence, kv head), launched in the order of tile_work.cuh.
+// The main backward kernel: warpgroup 0 produces (one thread issues the loads, warps 1 and 2 write dQ when
+// the consumers split by keys, warp 1 alone when paired; the warpgroup gives its registers to the
+// consumers), warpgroups 1 and 2 consume (consumer.cuh or consumer_roles.cuh, by the head dim's
+// BwdSplit). One CTA per (key block, sequence, kv head), launched in the order of tile_work.cuh.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "kernels/sm90/bwd/tile_work.cuh"
 #include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
+#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
 
@@ -42,10 +43,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
   if (!work.has_keys()) return;  // a varlen sequence shorter than this key block (pair): nothing to write
 
   extern __shared__ char smem_raw[];
-  // Aligned by an offset from smem_raw rather than by rounding its address as an integer, so the compiler
-  // still knows smem points into shared memory: the consumers' reads of the tile's fields (shared_work)
-  // are then 32-bit shared loads, not generic loads that keep a 64-bit pointer live across their loop.
-  char* smem = smem_raw + (kSmemAlignment - smem_address(smem_raw) % kSmemAlignment) % kSmemAlignment;
+  // Aligned as a shared-memory offset (align_shared): the consumers' reads of the tile's fields
+  // (shared_work) are then 32-bit shared loads, not generic loads that keep a 64-bit pointer live across
+  // their loop.
+  char* smem = align_shared<kSmemAlignment>(smem_raw);
   auto* bars = reinterpret_cast<BwdBarriers<kCfg.stages>*>(smem + kCfg.barrier_offset());
   // The roles read the tile's fields from shared memory: kept in registers they would stay live across
   // the consumers' main loop, where registers are scarcest (and memory clobbers in the loop stop the
@@ -78,8 +79,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     const int warp = threadIdx.x / 32;
     if (warp == kBwdLoaderWarp) {
       if (threadIdx.x % 32 == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
-    } else if (warp == kBwdDqWriterWarp) {
-      if constexpr (kCfg.split == BwdSplit::kKeys) BwdDqWriter<kHeadDim>::run(params, *shared_work, smem, bars);
+    } else if (warp >= kBwdDqWriterWarp && warp < kBwdDqWriterWarp + bwd_dq_writer_warps(kCfg.cluster_ctas)) {
+      if constexpr (kCfg.split == BwdSplit::kKeys) {
+        BwdDqWriter<kHeadDim>::run(params, *shared_work, smem, bars, warp - kBwdDqWriterWarp);
+      }
     }
   } else {
     warpgroup_claim_registers<kBwdConsumerRegisters>();

@@ -21,23 +21,39 @@ struct BwdBarriers {
 };
 
 // Named barriers (id 0 is __syncthreads).
-//  - Split by keys: kDsReady is among the two consumer warpgroups; the dQ pair is the hand-off between
-//    the consumers and the dQ writer warp (consumers sync on kDqEmpty and arrive on kDqFull, the writer
-//    the other way round), so no consumer ever waits for a reduce-add to be issued.
+//  - Split by keys: kDsReady is among the two consumer warpgroups; kDqEmpty and kDqFull are the hand-off
+//    between the consumers and the dQ writer warps (consumers sync on kDqEmpty and arrive on kDqFull, a
+//    writer the other way round), so no consumer ever waits for a reduce-add to be issued. With two
+//    writers, odd steps hand off through kDqFullOdd: a writer waiting for its next step must not be
+//    released by the other's. (kDqEmpty needs no second id: its arrivals alternate with the consumers'
+//    syncs, since a writer can only read step t + 1 after the consumers passed kDqEmpty for it.)
 //  - Split by roles: warpgroup 0 arrives on kProbsReady and warpgroup 1 syncs on it; both sync on
 //    kDsReady. Deterministic mode adds the dQ turn barriers.
 enum class BwdBarrierId : int {
   kDsReady = 1,     // dS^T is complete in shared memory
-  kDqFull = 2,      // both column halves of dQ are in the staging buffer
+  kDqFull = 2,      // both warpgroups' dQ slices are in the staging buffer (even steps with two writers)
   kDqEmpty = 3,     // the writer's reduce-adds have read the staging buffer: it may be overwritten
   kProbsReady = 4,  // P is in shared memory for warpgroup 1
   kDqTurn = 5,      // 5 + warpgroup: the warpgroup's first thread saw this CTA's turn to add dQ
   kDqAdded = 7,     // both warpgroups' dQ reductions of the step are issued and fenced
+  kDqFullOdd = 8,   // kDqFull of odd steps when two writer warps alternate
 };
 inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
-inline constexpr int kBwdDqHandoffThreads = kBwdConsumerThreads + 32;  // the consumers plus the writer warp
-// The producer warpgroup's warps: warp 0 issues the loads, warp 1 writes dQ, the other two idle.
+inline constexpr int kBwdDqHandoffThreads = kBwdConsumerThreads + 32;  // the consumers plus one writer warp
+// The producer warpgroup's warps: warp 0 issues the loads, warps from kBwdDqWriterWarp write dQ (see
+// bwd_dq_writer_warps), the rest idle.
 inline constexpr int kBwdLoaderWarp = 0;
 inline constexpr int kBwdDqWriterWarp = 1;
+
+// dQ writer warps, taking the steps in turn: two unless paired. A writer in deterministic mode waits for
+// its adds to land before it passes the turn on, and that wait (with the turn's acquire) can take as long
+// as a step; a second writer takes the next step meanwhile, so the staging buffer comes back to the
+// consumers once per step. Paired, the partner hand-off (dq_writer.cuh) is written for one.
+constexpr int bwd_dq_writer_warps(int cluster_ctas) { return cluster_ctas == 1 ? 2 : 1; }
+
+// The barrier that hands step `step`'s staged dQ to its writer.
+__device__ __forceinline__ int dq_full_barrier(int step, int writers) {
+  return writers == 2 && step % 2 == 1 ? int(BwdBarrierId::kDqFullOdd) : int(BwdBarrierId::kDqFull);
+}
 
 }  // namespace flash4::sm90

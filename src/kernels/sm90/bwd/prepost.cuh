@@ -1,7 +1,8 @@
 // The two small kernels around the main backward:
 //  - preprocess: per query row, D = rowsum(dO * O) and LSE in log2 units into the padded workspace rows
 //    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0);
-//  - postprocess: dQ = softmax_scale * the fp32 accumulator, converted to the input dtype.
+//  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
+//    deterministic mode), converted to the input dtype.
 // One warp per row; each lane handles head_dim / 32 consecutive elements.
 #pragma once
 
@@ -78,11 +79,14 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(c
   if (row >= seq.seqlen_q) return;
   const BwdWorkspaceRows rows = p.workspace_rows();
   const float* accum = p.dq_accum + (head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + row) * kHeadDim;
+  const int64_t copy_stride = int64_t(p.heads_q) * p.rows_per_head * kHeadDim;
   Element* dq = static_cast<Element*>(p.dq) + tensor_offset(p, p.dq_strides, batch, int64_t(seq.q_row_base) + row, head);
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
     const int col = lane * kPerLane + e;
-    dq[col] = Element(accum[col] * p.softmax_scale);
+    float sum = accum[col];
+    for (int copy = 1; copy < p.dq_copies; ++copy) sum += accum[copy * copy_stride + col];  // always in this order
+    dq[col] = Element(sum * p.softmax_scale);
   }
 }
 

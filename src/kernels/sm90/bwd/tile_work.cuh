@@ -83,29 +83,35 @@ __device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p
   return work;
 }
 
-// Deterministic mode: the semaphore that counts the key blocks (paired: the pairs) whose dQ adds into
-// (head, m_block) are done, and this CTA's turn among them (the lowest key block adds first). A null
-// semaphore outside deterministic mode and for a pair's rank 1, whose partial rank 0 adds.
-struct DqTurn {
+// Where a CTA's dQ partial of (query head `head`, query block `m_block`) goes: its copy of the
+// accumulator (bwd_dq_order; 0 unless deterministic) and, in deterministic mode, the semaphore that counts
+// the key blocks (paired: the pairs) of that copy whose adds into the block are done, and this CTA's turn
+// among them. A null semaphore outside deterministic mode and for a pair's rank 1, whose partial rank 0
+// adds.
+struct DqTarget {
+  int copy;
   int* semaphore;
   int turn;
 };
 template <int kHeadDim>
-__device__ __forceinline__ DqTurn dq_turn(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
+__device__ __forceinline__ DqTarget dq_target(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
-  if (!p.deterministic || work.pair_rank != 0) return DqTurn{nullptr, 0};
+  if (!p.deterministic) return DqTarget{0, nullptr, 0};
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
   const int first_block = key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).begin;
-  // heads_q x batch fits an int (the workspace holds that many rows per query block): one 64-bit product.
-  return DqTurn{p.dq_semaphores + int64_t(head * p.batch + work.batch) * p.m_blocks_max + m_block,
-                bwd_dq_turn(work.n_block, first_block, kCfg.cluster_ctas)};
+  const BwdDqOrder order = bwd_dq_order(work.n_block, first_block, kCfg.cluster_ctas, p.dq_copies);
+  if (work.pair_rank != 0) return DqTarget{order.copy, nullptr, 0};
+  const int64_t head_row = int64_t(order.copy) * p.heads_q + head;
+  return DqTarget{order.copy, p.dq_semaphores + (head_row * p.batch + work.batch) * p.m_blocks_max + m_block, order.turn};
 }
 
-// The first of query block `m_block`'s rows in the fp32 dQ accumulator of query head `head`.
+// The first of query block `m_block`'s rows in copy `copy` of query head `head`'s fp32 dQ accumulator.
 template <int kHeadDim>
-__device__ __forceinline__ float* dq_accum_rows(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
+__device__ __forceinline__ float* dq_accum_rows(const BwdKernelParams& p, const BwdTileWork& work, int copy, int head,
+                                                int m_block) {
+  const long long head_row = (long long)copy * p.heads_q + head;
   return p.dq_accum +
-         (head * p.rows_per_head + work.workspace_row0 + m_block * bwd_tile_config(kHeadDim).block_m) * kHeadDim;
+         (head_row * p.rows_per_head + work.workspace_row0 + m_block * bwd_tile_config(kHeadDim).block_m) * kHeadDim;
 }
 
 }  // namespace flash4::sm90

@@ -11,6 +11,7 @@
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/producer.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
+#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
 
@@ -35,9 +36,7 @@ __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
   extern __shared__ char smem_raw[];
-  // Dynamic shared memory is only guaranteed 16-byte aligned; swizzle atoms need 1 KiB.
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
-                                       ~uintptr_t(kSmemAlignment - 1));
+  char* smem = align_shared<kSmemAlignment>(smem_raw);  // swizzle atoms need 1 KiB
   auto* bars = reinterpret_cast<FwdBarriers<kCfg.stages>*>(smem + Layout::kBarrierOffset);
   const int consumer_warps = kConsumerWarpsPerCta(kCfg.consumer_warpgroups);
 

@@ -15,6 +15,16 @@ __device__ __forceinline__ uint32_t smem_address(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
+// `smem_raw` (the dynamic shared array, only guaranteed 16-byte aligned) advanced to the next multiple of
+// `alignment` bytes in the shared address space. Aligned by an offset from the array rather than by
+// rounding its generic address as an integer, so the compiler still knows the result points into shared
+// memory: reads through it are then 32-bit shared loads, not generic loads that keep a 64-bit pointer live.
+template <int kAlignment>
+__device__ __forceinline__ char* align_shared(char* smem_raw) {
+  static_assert(kAlignment > 0 && (kAlignment & (kAlignment - 1)) == 0, "a power of two");
+  return smem_raw + (kAlignment - smem_address(smem_raw) % kAlignment) % kAlignment;
+}
+
 __device__ __forceinline__ float2 load_shared_float2(const float* pointer) {
   float2 value;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(value.x), "=f"(value.y) : "r"(smem_address(pointer)));
