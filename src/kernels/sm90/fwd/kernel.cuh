@@ -11,7 +11,6 @@
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/producer.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
-#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
 
@@ -36,7 +35,12 @@ __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
   extern __shared__ char smem_raw[];
-  char* smem = align_shared<kSmemAlignment>(smem_raw);  // swizzle atoms need 1 KiB
+  // Dynamic shared memory is only guaranteed 16-byte aligned; swizzle atoms need 1 KiB. Rounded as an
+  // integer, not with align_shared (ptx/shared.cuh) as in the backward: that version measured 2.5% slower
+  // at D = 64 (H200, 16K, one run: 417.2 -> 406.6 non-causal, 403.5 -> 394.1 causal; D = 128 / 256 within
+  // 1.5%).
+  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
+                                       ~uintptr_t(kSmemAlignment - 1));
   auto* bars = reinterpret_cast<FwdBarriers<kCfg.stages>*>(smem + Layout::kBarrierOffset);
   const int consumer_warps = kConsumerWarpsPerCta(kCfg.consumer_warpgroups);
 
