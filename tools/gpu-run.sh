@@ -40,10 +40,11 @@ grep -h "\[smoke\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -
 echo "$summary"
 
 # One small case of every built kernel (forward and backward at Sq=113, Sk=203, causal), the softcap
-# backward kernels, and the forward's varlen epilogue, in one process per tool.
+# backward kernels, the deterministic backward (its dQ turns and accumulator copies), and the forward's
+# varlen epilogue, in one process per tool.
 echo "== compute-sanitizer (a small case of every kernel)"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*"}
+filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*"}
 if [ -x "$sanitizer" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
