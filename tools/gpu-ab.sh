@@ -5,7 +5,10 @@
 #   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
 #                  off; longest-first order off);
 #   bwd:           the backward unpaired and with paired CTAs (FLASH4_BWD_PAIRED_CTA), each timed with
-#                  deterministic mode off and on (rows carry 'deterministic').
+#                  deterministic mode off and on (rows carry 'deterministic'); then Nsight Compute counts
+#                  one main-kernel launch per variant and head dim (16K, non-causal): L2 read / write /
+#                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
+#                  issue's 'bytes and reduce-adds' of the pairing.
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -37,6 +40,20 @@ for variant in "${!variants[@]}"; do
     done
   done
 done
+if [ "$mode" = bwd ]; then
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  metrics=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
+  : >"$out/ab-ncu.txt"
+  for variant in "${!variants[@]}"; do
+    for d in 64 128; do
+      echo "== $variant D=$d" >>"$out/ab-ncu.txt"
+      "$ncu" --kernel-name regex:bwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \
+        "$root/build-ab-$variant/flash4-bench" --mode bwd --D "$d" --N 16384 --B 1 --H $((2048 / d)) --iters 3 \
+        --warmup 1 2>&1 | grep -E "^ +(lts|dram|gpu)__" >>"$out/ab-ncu.txt"
+    done
+  done
+  cat "$out/ab-ncu.txt"
+fi
 python3 "$root/bench/peers.py" --dims 64,128 --seqlens 16384 --modes "$mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
