@@ -9,6 +9,8 @@
 #                  one main-kernel launch per variant and head dim (16K, non-causal): L2 read / write /
 #                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
 #                  issue's 'bytes and reduce-adds' of the pairing.
+# FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
+# elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -23,32 +25,36 @@ else
   timings=("--mode fwd")
 fi
 : >"$out/ab.jsonl"
+bench_dir() { if [ -n "${FLASH4_AB_BIN_DIR:-}" ]; then echo "$FLASH4_AB_BIN_DIR/$1"; else echo "$root/build-ab-$1"; fi; }
 for variant in "${!variants[@]}"; do
-  build=$root/build-ab-$variant
-  cmake -S "$root" -B "$build" -G Ninja -DFLASH4_BUILD_TESTS=OFF -DFLASH4_DTYPES=bf16 "-DFLASH4_HEAD_DIMS=64;128" \
-    ${variants[$variant]} >"$out/ab-configure.log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target flash4-bench >"$out/ab-build-$variant.log" 2>&1 ||
-    { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
+  build=$(bench_dir "$variant")
+  if [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
+    { cmake -S "$root" -B "$build" -G Ninja -DFLASH4_BUILD_TESTS=OFF -DFLASH4_DTYPES=bf16 "-DFLASH4_HEAD_DIMS=64;128" \
+        ${variants[$variant]} >"$out/ab-configure.log" 2>&1 &&
+      cmake --build "$build" -j "$(nproc)" --target flash4-bench >"$out/ab-build-$variant.log" 2>&1; } ||
+      { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
+  fi
   for d in 64 128; do
     for causal in 0 1; do
       for timing in "${timings[@]}"; do
         for repeat in 1 2; do
           # shellcheck disable=SC2086  # $timing is a list of flags
-          "$build/flash4-bench" --json --D "$d" --N 16384 --B 1 --H $((2048 / d)) --causal "$causal" --iters 50 $timing |
+          LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --D "$d" --N 16384 --B 1 --H $((2048 / d)) --causal "$causal" --iters 50 $timing |
             python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]" >>"$out/ab.jsonl"
         done
       done
     done
   done
 done
-if [ "$mode" = bwd ]; then
+if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   metrics=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
   : >"$out/ab-ncu.txt"
   for variant in "${!variants[@]}"; do
     for d in 64 128; do
       echo "== $variant D=$d" >>"$out/ab-ncu.txt"
-      "$ncu" --kernel-name regex:bwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \
-        "$root/build-ab-$variant/flash4-bench" --mode bwd --D "$d" --N 16384 --B 1 --H $((2048 / d)) --iters 3 \
+      LD_LIBRARY_PATH=$(bench_dir "$variant") "$ncu" --kernel-name regex:bwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \
+        "$(bench_dir "$variant")/flash4-bench" --mode bwd --D "$d" --N 16384 --B 1 --H $((2048 / d)) --iters 3 \
         --warmup 1 2>&1 | grep -E "^ +(lts|dram|gpu)__" >>"$out/ab-ncu.txt"
     done
   done
