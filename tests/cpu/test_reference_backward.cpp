@@ -177,11 +177,13 @@ double relative_norm_error(const std::vector<float>& got, const std::vector<doub
 }
 
 // Each naive gradient element carries a few roundings of relative size u (P or dS before its matmul,
-// the gradient itself at the end) with varying signs, so the error stays near u in norm: measured at
-// most 1.6 u over 14,400 random cases of these configurations. The norm is used rather than the max
-// because sums with cancellation make single elements' relative errors unbounded. A formula mistake
-// shows up as an O(1) relative error.
-constexpr double kNaiveBackwardUnitRoundoffs = 4.0;
+// the gradient itself at the end) with varying signs, so the error stays near u in norm; but D comes
+// from the rounded O (as the kernels take it from their stored output), and where dP - D cancels, dS
+// carries O's rounding magnified. Measured: at most 25 u (bf16 15 u) over 72,000 gradients per precision
+// (3,000 seeds of these configurations), 2 above 16 u. The norm is used rather than the max because sums
+// with cancellation make single elements' relative errors unbounded. A formula mistake shows up as an
+// O(1) relative error, still far above the bound.
+constexpr double kNaiveBackwardUnitRoundoffs = 64.0;
 
 TEST_P(NaiveBackward, CloseToFp64InNorm) {
   const auto& [precision, config] = GetParam();
