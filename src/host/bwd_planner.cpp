@@ -1,5 +1,7 @@
 #include "host/bwd_planner.hpp"
 
+#include <algorithm>
+
 namespace flash4::host {
 namespace {
 
@@ -21,9 +23,11 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   const int cluster = plan.tile.cluster_ctas;
   plan.n_blocks_max = (rows_k + plan.tile.block_n - 1) / plan.tile.block_n;
   plan.n_blocks_max = (plan.n_blocks_max + cluster - 1) / cluster * cluster;
-  plan.num_ctas = plan.n_blocks_max * params.batch * params.heads_kv;
+  plan.num_tiles = plan.n_blocks_max * params.batch * params.heads_kv;
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;
+  plan.uniform_tiles = !varlen && plan.window_left < 0 && plan.window_right < 0;
+  plan.longest_query_rows = rows_q;
 
   const BwdWorkspaceRows rows{plan.tile.block_m, params.seqlen_q, varlen};
   plan.rows_per_head = rows.rows_per_head(params.batch, params.total_q);
@@ -37,8 +41,25 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   ws.lse_log2 = align_up(ws.dq_accum + ws.dq_accum_bytes);
   ws.dsum = align_up(ws.lse_log2 + row_count * sizeof(float));
   ws.semaphores = align_up(ws.dsum + row_count * sizeof(float));
-  ws.total = align_up(ws.semaphores + ws.semaphore_bytes);
+  ws.tile_counter = align_up(ws.semaphores + ws.semaphore_bytes);
+  ws.total = align_up(ws.tile_counter + sizeof(int));
   return plan;
+}
+
+bool bwd_persistent_grid() {
+#if defined(FLASH4_BWD_PERSISTENT_ENABLED) && !FLASH4_BWD_PERSISTENT_ENABLED
+  return false;
+#else
+  return true;
+#endif
+}
+
+int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap) {
+  if (!bwd_persistent_grid() || !bwd_persistent_kernel(plan.tile.head_dim, softcap)) return plan.num_tiles;
+  if (!plan.uniform_tiles && plan.longest_query_rows > kBwdPersistentMaskedRowsMax) return plan.num_tiles;
+  const int cluster = plan.tile.cluster_ctas;
+  const int resident = std::max(cluster, sm_count / cluster * cluster);
+  return std::min(plan.num_tiles, resident);
 }
 
 }  // namespace flash4::host

@@ -15,6 +15,7 @@ struct BwdWorkspaceLayout {
   std::size_t lse_log2 = 0;    // fp32 [heads_q][rows_per_head]
   std::size_t dsum = 0;        // fp32 [heads_q][rows_per_head]
   std::size_t semaphores = 0;  // int32 [dq_copies][heads_q][batch][m_blocks_max]
+  std::size_t tile_counter = 0;  // int32: the persistent grid's tiles claimed (zeroed by the preprocess)
   std::size_t dq_accum_bytes = 0;
   std::size_t semaphore_bytes = 0;
   std::size_t total = 0;
@@ -24,7 +25,9 @@ struct BwdPlan {
   BwdTileConfig tile;
   int m_blocks_max = 0;  // query blocks of the longest sequence
   int n_blocks_max = 0;  // key blocks of the longest sequence (rounded up to whole clusters)
-  int num_ctas = 0;      // one CTA per (key block, sequence, kv head)
+  int num_tiles = 0;     // one per (key block, sequence, kv head)
+  bool uniform_tiles = false;  // every tile runs the same steps: fixed length, no causal mask or window
+  int longest_query_rows = 0;  // seqlen_q, or max_seqlen_q in varlen mode
   long long rows_per_head = 0;
   int dq_copies = 1;     // of the dQ accumulator: bwd_dq_copies (more than one only in deterministic mode)
   int window_left = -1;  // effective window after folding causal in
@@ -33,5 +36,23 @@ struct BwdPlan {
 };
 
 BwdPlan plan_backward(const flash4_bwd_params& params);
+
+// The grid. Persistent: min(tiles, the CTAs that fit at once), one CTA per SM (the kernel's shared memory
+// allows no second), a whole number of clusters; the CTAs claim the tiles in order (kernel.cuh). Used for
+// uniform tiles, and for tiles of different lengths (causal, window, varlen) up to
+// kBwdPersistentMaskedRowsMax query rows; longer masked problems get one CTA per tile (the kernel then
+// runs one tile per CTA), as do the kernels that are not persistent (bwd_persistent_kernel) and a
+// FLASH4_BWD_PERSISTENT=OFF build (for A/B runs). The launcher may lower the grid further for paired CTAs
+// (clusters a GPC cannot host).
+//
+// Why the limit (H200, bf16, causal, one run: bench/results/h200-2026-12-03-bwd-persistent-ab.md), the
+// persistent grid against one CTA per tile: 512 tokens +7.7% at D = 64 (139.8 vs 129.8 TFLOPS) and +3.5%
+// at D = 128, 1K +5.3% / +0.7%, 2K +2.5% / -1.5%, 4K -1.3% / -12.5%, 16K -3.2% at D = 64. Short tiles gain
+// from sharing one CTA start and end among several. Why long ones lose is not measured; the suspect is
+// the claim ahead: a CTA claims its next tile while the current one runs, before it is known which SM
+// frees first, so the last long tiles can wait while other SMs idle.
+inline constexpr int kBwdPersistentMaskedRowsMax = 1024;
+int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap);
+bool bwd_persistent_grid();  // false in a FLASH4_BWD_PERSISTENT=OFF build
 
 }  // namespace flash4::host

@@ -2,6 +2,7 @@
 // none overlapping, padded rows enough for a whole query block past each sequence's end).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "host/bwd_planner.hpp"
@@ -25,13 +26,16 @@ flash4_bwd_params fixed_length(int batch, int seqlen_q, int seqlen_k, int heads_
 
 void expect_layout_sound(const BwdPlan& plan, const flash4_bwd_params& p) {
   const BwdWorkspaceLayout& ws = plan.workspace;
-  for (std::size_t offset : {ws.dq_accum, ws.lse_log2, ws.dsum, ws.semaphores, ws.total}) EXPECT_EQ(offset % 256, 0u);
+  for (std::size_t offset : {ws.dq_accum, ws.lse_log2, ws.dsum, ws.semaphores, ws.tile_counter, ws.total}) {
+    EXPECT_EQ(offset % 256, 0u);
+  }
   const std::size_t rows = std::size_t(p.heads_q) * plan.rows_per_head;
   EXPECT_EQ(ws.dq_accum_bytes, plan.dq_copies * rows * p.head_dim * sizeof(float));
   EXPECT_GE(ws.lse_log2, ws.dq_accum + ws.dq_accum_bytes);
   EXPECT_GE(ws.dsum, ws.lse_log2 + rows * sizeof(float));
   EXPECT_GE(ws.semaphores, ws.dsum + rows * sizeof(float));
-  EXPECT_GE(ws.total, ws.semaphores + ws.semaphore_bytes);
+  EXPECT_GE(ws.tile_counter, ws.semaphores + ws.semaphore_bytes);
+  EXPECT_GE(ws.total, ws.tile_counter + sizeof(int));
   EXPECT_EQ(ws.semaphore_bytes, plan.dq_copies * std::size_t(p.heads_q) * p.batch * plan.m_blocks_max * sizeof(int));
 }
 
@@ -40,9 +44,76 @@ TEST(BwdPlanner, FixedLengthPadsEachSequenceToWholeQueryBlocks) {
   const BwdPlan plan = plan_backward(p);
   EXPECT_EQ(plan.m_blocks_max, 4);                  // ceil(239 / 64)
   EXPECT_EQ(plan.n_blocks_max, 8);                  // ceil(1000 / 128)
-  EXPECT_EQ(plan.num_ctas, 8 * 3 * 2);              // key blocks x sequences x kv heads
+  EXPECT_EQ(plan.num_tiles, 8 * 3 * 2);             // key blocks x sequences x kv heads
   EXPECT_EQ(plan.rows_per_head, 3LL * 256);         // 239 rounded up to 256, per sequence
   expect_layout_sound(plan, p);
+}
+
+// The persistent grid: no more CTAs than tiles or SMs (deterministic mode needs every CTA resident), a
+// whole number of clusters, at least one cluster; one CTA per tile in a FLASH4_BWD_PERSISTENT=OFF build.
+// The D = 64 softcap kernel runs one CTA per tile (bwd_persistent_kernel); every other kernel is persistent.
+TEST(BwdPlanner, OnlyTheD64SoftcapKernelIsNotPersistent) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    EXPECT_TRUE(bwd_persistent_kernel(d, false)) << d;
+    EXPECT_EQ(bwd_persistent_kernel(d, true), d != 64) << d;
+    const BwdPlan plan = plan_backward(fixed_length(2, 4096, 4096, 8, 2, d));
+    const int tiles = plan.num_tiles;
+    EXPECT_EQ(bwd_grid_ctas(plan, 132, true), d == 64 || !bwd_persistent_grid() ? tiles : std::min(tiles, 132)) << d;
+  }
+}
+
+TEST(BwdPlanner, PersistentGridIsTheSmallerOfTilesAndSms) {
+  constexpr int kSms = 132;
+  for (int d : {64, 128, 256}) {
+    const int cluster = bwd_tile_config(d).cluster_ctas;
+    for (int seqlen : {1, 300, 4096, 16384}) {
+      const BwdPlan plan = plan_backward(fixed_length(2, seqlen, seqlen, 8, 2, d));
+      const int grid = bwd_grid_ctas(plan, kSms, false);
+      if (!bwd_persistent_grid()) {
+        EXPECT_EQ(grid, plan.num_tiles);
+        continue;
+      }
+      EXPECT_EQ(grid, std::min(plan.num_tiles, kSms / cluster * cluster)) << d << " " << seqlen;
+      EXPECT_EQ(grid % cluster, 0) << d << " " << seqlen;
+    }
+  }
+  const BwdPlan one_tile = plan_backward(fixed_length(1, 10, 10, 1, 1, 128));
+  EXPECT_EQ(one_tile.num_tiles, bwd_tile_config(128).cluster_ctas);
+  EXPECT_EQ(bwd_grid_ctas(one_tile, kSms, false), one_tile.num_tiles);
+  if (bwd_persistent_grid()) {
+    const BwdPlan many = plan_backward(fixed_length(4, 8192, 8192, 16, 16, 64));
+    EXPECT_EQ(bwd_grid_ctas(many, 1, false), bwd_tile_config(64).cluster_ctas);  // a device smaller than a cluster
+  }
+}
+
+// Tiles of different lengths (causal, window, varlen) get the persistent grid only up to
+// kBwdPersistentMaskedRowsMax query rows; uniform tiles at any length.
+TEST(BwdPlanner, MaskedProblemsArePersistentOnlyWhenShort) {
+  constexpr int kSms = 132;
+  for (int seqlen : {512, kBwdPersistentMaskedRowsMax, kBwdPersistentMaskedRowsMax + 1, 16384}) {
+    flash4_bwd_params causal = fixed_length(4, seqlen, seqlen, 8, 2, 128);
+    causal.causal = 1;
+    flash4_bwd_params window = fixed_length(4, seqlen, seqlen, 8, 2, 128);
+    window.window_left = 256;
+    flash4_bwd_params varlen = fixed_length(3, 0, 0, 8, 2, 128);
+    varlen.cu_seqlens_q = reinterpret_cast<const int*>(16);  // only tested against null by the planner
+    varlen.cu_seqlens_k = varlen.cu_seqlens_q;
+    varlen.max_seqlen_q = seqlen;
+    varlen.max_seqlen_k = seqlen;
+    varlen.total_q = 2 * seqlen;
+    varlen.total_k = 2 * seqlen;
+    for (const flash4_bwd_params& p : {causal, window, varlen}) {
+      const BwdPlan plan = plan_backward(p);
+      EXPECT_FALSE(plan.uniform_tiles);
+      const bool persistent = bwd_persistent_grid() && seqlen <= kBwdPersistentMaskedRowsMax;
+      EXPECT_EQ(bwd_grid_ctas(plan, kSms, false), persistent ? std::min(plan.num_tiles, kSms) : plan.num_tiles)
+          << seqlen;
+    }
+    const BwdPlan uniform = plan_backward(fixed_length(4, seqlen, seqlen, 8, 2, 128));
+    EXPECT_TRUE(uniform.uniform_tiles);
+    EXPECT_EQ(bwd_grid_ctas(uniform, kSms, false),
+              bwd_persistent_grid() ? std::min(uniform.num_tiles, kSms) : uniform.num_tiles) << seqlen;
+  }
 }
 
 // Paired CTAs (FLASH4_BWD_PAIRED_CTA) need a whole number of pairs per (sequence, kv head): 3 key blocks
@@ -53,7 +124,7 @@ TEST(BwdPlanner, KeyBlocksComeInWholeClusters) {
     EXPECT_EQ(tile.cluster_ctas, kBwdPairedCta && tile.split == BwdSplit::kKeys ? 2 : 1) << d;
     const BwdPlan plan = plan_backward(fixed_length(2, 100, 3 * tile.block_n - 5, 4, 4, d));
     EXPECT_EQ(plan.n_blocks_max, tile.cluster_ctas == 2 ? 4 : 3) << d;
-    EXPECT_EQ(plan.num_ctas % tile.cluster_ctas, 0) << d;
+    EXPECT_EQ(plan.num_tiles % tile.cluster_ctas, 0) << d;
     EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
   }
 }
@@ -155,7 +226,7 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
   }
   const BwdPlan plan = plan_backward(fixed_length(2, 100, 1000, 4, 4, 256));
   EXPECT_EQ(plan.n_blocks_max, 16);  // ceil(1000 / 64)
-  EXPECT_EQ(plan.num_ctas, 16 * 2 * 4);
+  EXPECT_EQ(plan.num_tiles, 16 * 2 * 4);
 }
 
 // The dQ staging must be exactly what the TMA reduce-add reads: unswizzled boxes of 32-byte rows, box b

@@ -113,6 +113,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.lse_log2 = reinterpret_cast<float*>(workspace + plan.workspace.lse_log2);
   kp.dsum = reinterpret_cast<float*>(workspace + plan.workspace.dsum);
   kp.dq_semaphores = reinterpret_cast<int*>(workspace + plan.workspace.semaphores);
+  kp.tile_counter = reinterpret_cast<int*>(workspace + plan.workspace.tile_counter);
   kp.rows_per_head = plan.rows_per_head;
   kp.dq_copies = plan.dq_copies;
   kp.batch = p.batch;
@@ -125,6 +126,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.max_seqlen_q = varlen ? p.max_seqlen_q : p.seqlen_q;
   kp.m_blocks_max = plan.m_blocks_max;
   kp.n_blocks_max = plan.n_blocks_max;
+  kp.num_tiles = plan.num_tiles;
   kp.cu_seqlens_q = p.cu_seqlens_q;
   kp.cu_seqlens_k = p.cu_seqlens_k;
   kp.has_softcap = p.softcap > 0.0f;
@@ -140,7 +142,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   if (status == cudaSuccess && p.deterministic) {
     status = cudaMemsetAsync(workspace + plan.workspace.semaphores, 0, plan.workspace.semaphore_bytes, cuda_stream);
   }
-  if (status == cudaSuccess) status = launch(kp, plan.num_ctas, cuda_stream);
+  if (status == cudaSuccess) status = launch(kp, bwd_grid_ctas(plan, device.sm_count, kp.has_softcap != 0), cuda_stream);
   if (status != cudaSuccess) {
     result.status = FLASH4_ERROR_CUDA;
     result.message = "backward launch (" + key.to_string() + "): " + cudaGetErrorString(status);

@@ -45,6 +45,7 @@ struct BwdKernelParams {
   float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
   float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows
   int* dq_semaphores;  // deterministic mode: [dq_copies][heads_q][batch][m_blocks_max], zeroed by the host
+  int* tile_counter;   // tiles claimed past each CTA's first (kernels/sm90/bwd/kernel.cuh); the preprocess zeroes it
   long long rows_per_head;
   int dq_copies;       // copies of the dQ accumulator the postprocess sums (bwd_dq_copies): 1 unless deterministic
 
@@ -57,7 +58,8 @@ struct BwdKernelParams {
   int total_q;
   int max_seqlen_q;  // fixed length: seqlen_q (sizes the pre/postprocess grids)
   int m_blocks_max;  // ceil(max_seqlen_q / block_m): semaphores per (head, sequence)
-  int n_blocks_max;  // ceil(max_seqlen_k / block_n): CTAs per (sequence, kv head), tile_work.cuh's order
+  int n_blocks_max;  // ceil(max_seqlen_k / block_n): tiles per (sequence, kv head), tile_work.cuh's order
+  int num_tiles;     // n_blocks_max * batch * heads_kv, claimed in order by the persistent grid's CTAs
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
 

@@ -28,6 +28,9 @@ namespace flash4 {
 enum class BwdSplit { kKeys, kRoles };
 
 inline constexpr int kDqBoxBytes = 32;  // row width of a dQ staging box: one L2 sector
+// The end of the backward's shared memory: its mbarriers and each role's copy of its current tile's work
+// (kernels/sm90/bwd/kernel.cuh).
+inline constexpr int kBwdSmemControlBytes = 1024;
 
 // Paired CTAs (CMake FLASH4_BWD_PAIRED_CTA; split by keys only): a cluster of two CTAs on neighbouring key
 // blocks that receive every Q / dO / LSE / D stage through TMA multicast (each loads half); rank 1 copies
@@ -119,7 +122,7 @@ struct BwdTileConfig {
   FLASH4_HD constexpr int dq_offset() const { return probs_offset() + probs_bytes(); }
   FLASH4_HD constexpr int dq_partner_offset() const { return dq_offset() + dq_buffer_bytes(); }
   FLASH4_HD constexpr int barrier_offset() const { return dq_offset() + dq_stage_bytes(); }
-  FLASH4_HD constexpr int smem_bytes() const { return kSmemAlignment + barrier_offset() + kSmemBarrierBytes; }
+  FLASH4_HD constexpr int smem_bytes() const { return kSmemAlignment + barrier_offset() + kBwdSmemControlBytes; }
   FLASH4_HD constexpr int threads() const { return (1 + consumer_warpgroups) * kWarpgroupThreads; }
 
   FLASH4_HD static constexpr int round_up_to_alignment(int bytes) {
@@ -178,6 +181,13 @@ FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
   if (head_dim <= 64) cfg.block_m = 128;
   if (kBwdPairedCta && cfg.split == BwdSplit::kKeys) cfg.cluster_ctas = 2;
   return cfg;
+}
+
+// Whether a backward kernel runs a persistent grid (kernels/sm90/bwd/kernel.cuh) or one CTA per tile: the
+// softcap kernel at block_m = 128 (D = 64) has no registers to spare for the loop over tiles (its
+// consumers spilled 20 bytes with it).
+FLASH4_HD constexpr bool bwd_persistent_kernel(int head_dim, bool softcap) {
+  return !(softcap && bwd_tile_config(head_dim).block_m == 128);
 }
 
 #define FLASH4_CHECK_BWD_TILE(D)                                                                            \

@@ -54,6 +54,14 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   int warpgroup;  // 0 or 1 among the consumers
   char* smem;
   BwdBarriers<kCfg.stages>* bars;
+  // Run on over the CTA's tiles, like the producer's and the dQ writers'.
+  RingPosition<kCfg.stages> ring{};
+  // Whose step it is (dq_full_barrier). With as many stages as writers the stage index says it too, since
+  // the ring advances once per step. Which of the two ptxas fits in 240 registers differs: the stage at
+  // block_m = 64 (D = 96, 128), the counter at block_m = 128 (D = 64; its softcap kernel spilled with the
+  // stage); -Xptxas -v shows no spill either way chosen here.
+  static constexpr bool kStepFromStage = kBlockM == 64 && kCfg.stages == bwd_dq_writer_warps(kCfg.cluster_ctas);
+  int step = 0;  // unused when kStepFromStage
 
   // Softcap: P^T and dS^T in place of S^T and dP^T, the score's tanh feeding both (dS picks up the
   // derivative 1 - tanh^2), then their A fragments. The mask comes as bits (Ops::visibility_bits),
@@ -108,11 +116,12 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
 
   // Stages step `step`'s dQ for its writer warp: waits until the previous step's reduce-adds have read the
   // buffer, writes this warpgroup's slice, and signals the writer without waiting for it.
-  __device__ __forceinline__ void hand_off_dq(const DqSlice& dq, int step) const {
+  __device__ __forceinline__ void hand_off_dq(const DqSlice& dq) const {
     named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
     stage_dq(dq);
     fence_async_shared();  // the TMA reduce-adds read the staging boxes through the async proxy
-    named_barrier_arrive(dq_full_barrier(step, bwd_dq_writer_warps(kCfg.cluster_ctas)), kBwdDqHandoffThreads);
+    named_barrier_arrive(dq_full_barrier(kStepFromStage ? ring.stage : step, bwd_dq_writer_warps(kCfg.cluster_ctas)),
+                         kBwdDqHandoffThreads);
   }
 
   __device__ __forceinline__ void store_gradients(const BwdKernelParams& p, const BwdTileWork& work, const Gradient& dk,
@@ -121,8 +130,19 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     Ops::store_key_rows(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f);
   }
 
+  // After the last tile: the writers hand the staging buffer back after every step, so the consumers take
+  // it once more.
+  __device__ __forceinline__ void finish() const {
+    named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+  }
+
+  // One tile.
   template <bool kSoftcap>
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
+    constexpr bool kPersistent = bwd_persistent_kernel(kHeadDim, kSoftcap);
+    // Opaque once per tile: the tiles' shared-memory addresses (the wgmma descriptors of K and V above
+    // all) are then rebuilt per tile instead of hoisted out of the tile loop, where ptxas spilled them.
+    if constexpr (kPersistent) asm volatile("" : "+l"(smem));
     Gradient dk;
     Gradient dv;
 #pragma unroll
@@ -139,14 +159,12 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     if (work.num_steps() > 0) {
       const char* k_tile = smem + kCfg.k_offset();
       const char* v_tile = smem + kCfg.v_offset();
-      mbarrier_wait(&bars->kv_full, 0);
+      mbarrier_wait(&bars->kv_full, kPersistent ? work.kv_phase : 0);
 
       // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. Paired
       // there is one (BwdTileConfig::ds_buffers): both warpgroups then pass step t's kDqEmpty barrier,
       // after their dQ products have read dS, before either writes step t + 1's.
       static_assert(kCfg.ds_buffers() == 1 || kCfg.ds_buffers() == kCfg.stages, "dS buffers follow the stage ring");
-      RingPosition<kCfg.stages> ring;
-      int step = 0;
       // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
       // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
@@ -240,12 +258,15 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           pin_registers(ds_frag);
           pin_registers(dq);
           Ops::release(&bars->stage_empty[ring.stage]);
-          hand_off_dq(dq, step);
+          hand_off_dq(dq);
 
           ring.advance();
-          ++step;
+          if constexpr (!kStepFromStage) ++step;
         }
       }
+      // Every product that reads K or V is complete (each step ends with wgmma_wait<0>): the producer may
+      // load the next tile's while this one's dK and dV are written.
+      mbarrier_arrive(&bars->kv_empty);
     }
     store_gradients(p, work, dk, dv);
   }

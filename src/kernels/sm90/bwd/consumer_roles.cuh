@@ -60,6 +60,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   int warpgroup;  // 0 or 1 among the consumers: its role
   char* smem;
   BwdBarriers<kCfg.stages>* bars;
+  // Run on over the CTA's tiles, like the producer's.
+  RingPosition<kCfg.stages> ring{};
 
   // P in warpgroup 0's accumulator order: entries 4k .. 4k + 3 of every thread side by side (16 bytes per
   // thread, so a warp's accesses are conflict-free), read back by the thread of warpgroup 1 with the same
@@ -177,10 +179,9 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   }
 
   template <bool kSoftcap>
-  __device__ void run_probabilities_role(const BwdKernelParams& p, const BwdTileWork& work, Gradient& dv) const {
+  __device__ void run_probabilities_role(const BwdKernelParams& p, const BwdTileWork& work, Gradient& dv) {
     const char* k_tile = smem + kCfg.k_offset();
     const char* ds_tile = smem + kCfg.ds_offset(0);
-    RingPosition<kCfg.stages> ring;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
         const char* q_tile = smem + cfg().q_offset(ring.stage);
@@ -212,10 +213,9 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     }
   }
 
-  __device__ void run_gradients_role(const BwdKernelParams& p, const BwdTileWork& work, Gradient& dk) const {
+  __device__ void run_gradients_role(const BwdKernelParams& p, const BwdTileWork& work, Gradient& dk) {
     const char* v_tile = smem + kCfg.v_offset();
     char* ds_tile = smem + kCfg.ds_offset(0);
-    RingPosition<kCfg.stages> ring;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
         const char* q_tile = smem + cfg().q_offset(ring.stage);
@@ -240,15 +240,19 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     }
   }
 
+  // One tile.
   template <bool kSoftcap>
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     Gradient acc;  // dV for the probabilities role, dK for the gradients role
 #pragma unroll
     for (int r = 0; r < kHeadDim / 2; ++r) acc[r] = 0.0f;
     if (work.num_steps() > 0) {
-      mbarrier_wait(&bars->kv_full, 0);
+      mbarrier_wait(&bars->kv_full, work.kv_phase);
       if (warpgroup == kProbabilitiesRole) run_probabilities_role<kSoftcap>(p, work, acc);
       else run_gradients_role(p, work, acc);
+      // Every product that reads K or V is complete (each step's dQ waits end it): the producer may load
+      // the next tile's while this one's dK or dV is written.
+      mbarrier_arrive(&bars->kv_empty);
     }
     if (warpgroup == kProbabilitiesRole) Ops::store_key_rows(p.dv, p.dv_strides, p, work, 0, acc, 1.0f);
     else Ops::store_key_rows(p.dk, p.dk_strides, p, work, 0, acc, p.softmax_scale);

@@ -1,11 +1,11 @@
 // The dQ writers: warps 1 and 2 of the producer warpgroup, taking the steps in turn (one warp when paired:
-// bwd_dq_writer_warps). For every query-block step the consumers stage their fp32 dQ partial (block_m rows
-// x head_dim, as boxes of 8 columns) in shared memory; the step's writer's first lane
-// reduce-adds it into the workspace accumulator with one TMA reduce-add per box (no per-element atomics,
-// and a handful of instructions: issuing one bulk reduce-add per row kept the warp busy most of each step
-// at D = 64) and hands the staging buffer back once the copy engine has read it. Keeping the issue (and,
-// in deterministic mode, the wait for this query block's turn) off the consumers lets their tensor-core
-// work run on meanwhile.
+// bwd_dq_writer_warps), counting the CTA's steps across its tiles. For every query-block step the
+// consumers stage their fp32 dQ partial (block_m rows x head_dim, as boxes of 8 columns) in shared
+// memory; the step's writer's first lane reduce-adds it into the workspace accumulator with one TMA
+// reduce-add per box (no per-element atomics, and a handful of instructions: issuing one bulk reduce-add
+// per row kept the warp busy most of each step at D = 64) and hands the staging buffer back once the copy
+// engine has read it. Keeping the issue (and, in deterministic mode, the wait for this query block's
+// turn) off the consumers lets their tensor-core work run on meanwhile.
 //
 // Paired CTAs: rank 1's writer copies its partial into rank 0's partner buffer (one bulk copy completing
 // on rank 0's partner_dq_full) and hands its staging back when rank 0 signals partner_dq_taken; rank 0's
@@ -30,11 +30,20 @@ struct BwdDqWriter {
   static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
   static constexpr int kWriters = bwd_dq_writer_warps(kCfg.cluster_ctas);
 
+  char* smem;
+  BwdBarriers<kCfg.stages>* bars;
+  int writer;    // 0 .. kWriters - 1: takes the CTA's steps congruent to it
+  int step = 0;  // the CTA's steps so far, over all its tiles
+
+  // Before the first tile: the staging buffer starts free.
+  __device__ __forceinline__ void start() const {
+    if (writer == 0) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+  }
+
   // Lane 0 only: the bulk groups it commits are its own to wait for. Paired, rank 0 adds the partner's
   // partial too (its reduce-adds, like its own, in this CTA's turn), then lets the partner reuse both its
   // staging and this CTA's partner buffer.
-  __device__ static void add_step(const BwdKernelParams& p, const BwdTileWork& work, char* smem,
-                                  BwdBarriers<kCfg.stages>* bars, int copy, int head, int m_block, int step) {
+  __device__ void add_step(const BwdKernelParams& p, const BwdTileWork& work, int copy, int head, int m_block) const {
     const int row = int(work.workspace_row0) + m_block * kCfg.block_m;
     add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), row, head, copy);
     if constexpr (kCfg.cluster_ctas == 2) {
@@ -65,10 +74,8 @@ struct BwdDqWriter {
 
   // Rank 1: each step's staged partial goes to rank 0's partner buffer (lane 0 issues one bulk copy); the
   // staging buffer goes back to the consumers once rank 0 has taken it. (Paired, one writer warp.)
-  __device__ static void run_sender(const BwdTileWork& work, char* smem, BwdBarriers<kCfg.stages>* bars) {
-    const int steps = work.num_steps();
-    named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
-    for (int step = 0; step < steps; ++step) {
+  __device__ void run_sender(const BwdTileWork& work) {
+    for (const int end = step + work.num_steps(); step < end; ++step) {
       named_barrier_sync(dq_full_barrier(step, kWriters), kBwdDqHandoffThreads);
       if (threadIdx.x % 32 == 0) {
         bulk_copy_to_cluster_cta(cluster_shared_address(smem + kCfg.dq_partner_offset(), 0), smem + kCfg.dq_offset(),
@@ -76,24 +83,17 @@ struct BwdDqWriter {
         mbarrier_wait_cluster(&bars->partner_dq_taken, step % 2);
       }
       __syncwarp();
-      if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+      named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
     }
   }
 
-  // Unpaired, or paired rank 0: each step's partial (plus, paired, the partner's) reduce-added into the
-  // accumulator (its copy, in deterministic mode in this query block's turn). `writer` (0 ..
-  // kWriters - 1) takes the steps congruent to it.
-  __device__ static void run(const BwdKernelParams& p, const BwdTileWork& work, char* smem,
-                             BwdBarriers<kCfg.stages>* bars, int writer) {
-    const int steps = work.num_steps();
-    if (steps == 0) return;
+  // One tile. Unpaired, or paired rank 0: each step's partial (plus, paired, the partner's) reduce-added
+  // into the accumulator (its copy, in deterministic mode in this query block's turn).
+  __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     if constexpr (kCfg.cluster_ctas == 2) {
-      if (work.pair_rank == 1) return run_sender(work, smem, bars);
+      if (work.pair_rank == 1) return run_sender(work);
     }
     const bool leader = threadIdx.x % 32 == 0;
-    if (writer == 0) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);  // the buffer starts free
-
-    int step = 0;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block, ++step) {
         if (step % kWriters != writer) continue;
@@ -104,10 +104,10 @@ struct BwdDqWriter {
         }
         __syncwarp();  // bar.sync wants the whole warp
         named_barrier_sync(dq_full_barrier(step, kWriters), kBwdDqHandoffThreads);
-        if (leader) add_step(p, work, smem, bars, target.copy, head, m_block, step);
+        if (leader) add_step(p, work, target.copy, head, m_block);
         __syncwarp();
-        // The consumers sync on kDqEmpty once per step, before staging: no hand-back after the last one.
-        if (step + 1 < steps) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+        // Handed back after every step, the last included: the consumers take it once more at their end.
+        named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
         if (target.semaphore != nullptr && leader) {
           bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
           fence_async_global();

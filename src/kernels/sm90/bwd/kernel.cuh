@@ -1,7 +1,10 @@
 // The main backward kernel: warpgroup 0 produces (one thread issues the loads, warps 1 and 2 write dQ when
 // the consumers split by keys, warp 1 alone when paired; the warpgroup gives its registers to the
 // consumers), warpgroups 1 and 2 consume (consumer.cuh or consumer_roles.cuh, by the head dim's
-// BwdSplit). One CTA per (key block, sequence, kv head), launched in the order of tile_work.cuh.
+// BwdSplit); warp 3 of the producer warpgroup schedules. A persistent grid: each CTA runs tiles (key
+// block, sequence, kv head) until none is left (the hand-out below), so one tile's dK / dV stores overlap
+// the next tile's K / V and first stage loads, and the launch, barrier set-up and register hand-over are
+// paid once per SM, not per tile.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,88 @@ namespace flash4::sm90 {
 inline constexpr int kBwdProducerRegisters = 24;
 inline constexpr int kBwdConsumerRegisters = 240;
 
+// The tile hand-out. Each CTA starts with tile blockIdx.x, then claims the next unclaimed tile from a
+// global counter (tile_counter), so tiles start in tile_work.cuh's order (longest-first within each head,
+// the heads' Q / dO shared in L2) and the CTAs stay balanced however the tiles' lengths vary (causal,
+// window, varlen). Paired CTAs, which must agree on their pair, stride by the grid instead (the grid is a
+// whole number of clusters and n_blocks_max is even, so rank = blockIdx.x % 2 keeps its key block's
+// parity). A scheduler thread (warp kBwdSchedulerWarp) claims and resolves the CTA's tile number i into
+// slot i % 2, one tile ahead of the slowest reader, and arrives on tile_published; every other role
+// reads the slot and arrives on tile_free when done with it. The slots are in shared memory: a copy in
+// registers would take the consumers' scarce ones, and resolving in the loader's or the consumers' own
+// threads spilled.
+struct BwdTileSlots {
+  BwdTileWork work[2];
+  int valid[2];  // 0: no tile left (the roles stop)
+};
+
+// Threads that arrive on tile_free: the loader thread, the consumers and the dQ writers.
+constexpr int bwd_tile_readers(const BwdTileConfig& cfg) {
+  return 1 + kBwdConsumerThreads + (cfg.split == BwdSplit::kKeys ? 32 * bwd_dq_writer_warps(cfg.cluster_ctas) : 0);
+}
+
+extern __shared__ char bwd_dynamic_smem[];
+
+// The barriers rebuilt from the dynamic shared-memory symbol where they are used after a role's main
+// loop: a pointer kept from before the loop stays live across it, and the 24-register dQ writers spilled
+// it.
+template <int kHeadDim>
+__device__ __forceinline__ BwdBarriers<bwd_tile_config(kHeadDim).stages>* fresh_barriers() {
+  char* base = bwd_dynamic_smem;
+  asm volatile("" : "+l"(base));
+  return reinterpret_cast<BwdBarriers<bwd_tile_config(kHeadDim).stages>*>(align_shared<kSmemAlignment>(base) +
+                                                                           bwd_tile_config(kHeadDim).barrier_offset());
+}
+
+// The tile after `tile` for this CTA.
+template <int kHeadDim>
+__device__ __forceinline__ int next_tile(const BwdKernelParams& p, int tile) {
+  if constexpr (bwd_tile_config(kHeadDim).cluster_ctas > 1) return tile + gridDim.x;
+  else return gridDim.x + atomicAdd(p.tile_counter, 1);
+}
+
+// The scheduler thread. The K / V barriers complete a phase per tile with steps (the others load no K / V),
+// so it counts those tiles for the phase the loader and the consumers wait on.
+template <int kHeadDim, bool kPersistent>
+__device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots,
+                                   BwdBarriers<bwd_tile_config(kHeadDim).stages>* bars) {
+  int tile = blockIdx.x;
+  int kv_loads = 0;
+  for (int number = 0;; ++number) {
+    const int slot = number % 2;
+    if (number >= 2) mbarrier_wait(&bars->tile_free[slot], (number / 2 - 1) % 2);
+    const bool valid = tile < p.num_tiles;
+    slots->valid[slot] = valid;
+    if (valid) {
+      BwdTileWork& work = slots->work[slot];
+      resolve_bwd_tile<kHeadDim>(p, tile, work);
+      work.kv_phase = kv_loads % 2;
+      if (work.has_keys() && work.num_steps() > 0) ++kv_loads;
+    }
+    mbarrier_arrive(&bars->tile_published[slot]);
+    if (!valid || !kPersistent) return;
+    tile = next_tile<kHeadDim>(p, tile);
+  }
+}
+
+// Every other role: `body(work)` for each of the CTA's tiles with keys (one tile unless kPersistent).
+template <int kHeadDim, bool kPersistent, class Body>
+__device__ __forceinline__ void for_each_bwd_tile(BwdTileSlots* slots, const Body& body) {
+  if constexpr (!kPersistent) {
+    mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[0], 0);
+    if (slots->valid[0] && slots->work[0].has_keys()) body(slots->work[0]);
+    return;
+  }
+  for (int number = 0;; ++number) {
+    const int slot = number % 2;
+    mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[slot], (number / 2) % 2);
+    if (!slots->valid[slot]) return;
+    const BwdTileWork& work = slots->work[slot];
+    if (work.has_keys()) body(work);
+    mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_free[slot]);
+  }
+}
+
 // kSoftcap picks the per-step schedule (softcap's tanh feeds both P and dS); it is a kernel parameter
 // rather than a branch inside one kernel because two main loops in one kernel share one register
 // allocation and spill.
@@ -33,40 +118,39 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
   constexpr bool kPaired = kCfg.cluster_ctas == 2;
+  constexpr bool kPersistent = bwd_persistent_kernel(kHeadDim, kSoftcap);
   static_assert(kCfg.consumer_warpgroups == 2, "both consumers are written for two warpgroups");
   constexpr int kRegistersAtLaunch = (65536 / kCfg.threads()) / 8 * 8;
   static_assert(kBwdProducerRegisters * kWarpgroupThreads + kBwdConsumerRegisters * 2 * kWarpgroupThreads <=
                     kRegistersAtLaunch * kCfg.threads(),
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
-  const BwdTileWork work = resolve_bwd_tile<kHeadDim>(params, blockIdx.x);
-  if (!work.has_keys()) return;  // a varlen sequence shorter than this key block (pair): nothing to write
-
-  extern __shared__ char smem_raw[];
   // Aligned as a shared-memory offset (align_shared): the consumers' reads of the tile's fields
-  // (shared_work) are then 32-bit shared loads, not generic loads that keep a 64-bit pointer live across
+  // (BwdTileSlots) are then 32-bit shared loads, not generic loads that keep a 64-bit pointer live across
   // their loop.
-  char* smem = align_shared<kSmemAlignment>(smem_raw);
+  char* smem = align_shared<kSmemAlignment>(bwd_dynamic_smem);
   auto* bars = reinterpret_cast<BwdBarriers<kCfg.stages>*>(smem + kCfg.barrier_offset());
-  // The roles read the tile's fields from shared memory: kept in registers they would stay live across
-  // the consumers' main loop, where registers are scarcest (and memory clobbers in the loop stop the
-  // compiler from caching them there).
-  auto* shared_work = reinterpret_cast<BwdTileWork*>(smem + kCfg.barrier_offset() + sizeof(BwdBarriers<kCfg.stages>));
-  static_assert(sizeof(BwdBarriers<kCfg.stages>) + sizeof(BwdTileWork) <= kSmemBarrierBytes, "barrier area too small");
+  auto* slots = reinterpret_cast<BwdTileSlots*>(smem + kCfg.barrier_offset() + sizeof(BwdBarriers<kCfg.stages>));
+  static_assert(sizeof(BwdBarriers<kCfg.stages>) + sizeof(BwdTileSlots) <= kBwdSmemControlBytes,
+                "shared-memory control area too small");
   if (threadIdx.x == 0) {
-    *shared_work = work;
     tma_prefetch_descriptor(&params.tma_q);
     tma_prefetch_descriptor(&params.tma_do);
     tma_prefetch_descriptor(&params.tma_k);
     tma_prefetch_descriptor(&params.tma_v);
     if constexpr (kCfg.split == BwdSplit::kKeys) tma_prefetch_descriptor(&params.tma_dq_accum);
     mbarrier_init(&bars->kv_full, 1);
+    mbarrier_init(&bars->kv_empty, kBwdConsumerThreads);
     for (int stage = 0; stage < kCfg.stages; ++stage) {
       mbarrier_init(&bars->stage_full[stage], 1);
       mbarrier_init(&bars->stage_empty[stage], kCfg.consumer_warpgroups * 4 * kCfg.cluster_ctas);
     }
     mbarrier_init(&bars->partner_dq_full, 1);
     mbarrier_init(&bars->partner_dq_taken, 1);
+    for (int slot = 0; slot < 2; ++slot) {
+      mbarrier_init(&bars->tile_published[slot], 1);
+      mbarrier_init(&bars->tile_free[slot], bwd_tile_readers(kCfg));
+    }
     mbarrier_init_fence();
   }
   // Paired, the partner's barriers must be initialized before this CTA's multicasts and arrivals reach them.
@@ -78,20 +162,28 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     warpgroup_release_registers<kBwdProducerRegisters>();
     const int warp = threadIdx.x / 32;
     if (warp == kBwdLoaderWarp) {
-      if (threadIdx.x % 32 == 0) BwdProducer<kHeadDim>::run(params, *shared_work, smem, bars);
+      if (threadIdx.x % 32 == 0) {
+        BwdProducer<kHeadDim> producer{smem, bars};
+        for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { producer.run(params, work); });
+      }
+    } else if (warp == kBwdSchedulerWarp) {
+      if (threadIdx.x % 32 == 0) schedule_bwd_tiles<kHeadDim, kPersistent>(params, slots, bars);
     } else if (warp >= kBwdDqWriterWarp && warp < kBwdDqWriterWarp + bwd_dq_writer_warps(kCfg.cluster_ctas)) {
       if constexpr (kCfg.split == BwdSplit::kKeys) {
-        BwdDqWriter<kHeadDim>::run(params, *shared_work, smem, bars, warp - kBwdDqWriterWarp);
+        BwdDqWriter<kHeadDim> writer{smem, bars, warp - kBwdDqWriterWarp};
+        writer.start();
+        for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { writer.run(params, work); });
       }
     }
   } else {
     warpgroup_claim_registers<kBwdConsumerRegisters>();
     if constexpr (kCfg.split == BwdSplit::kKeys) {
       BwdConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
-      consumer.template run<kSoftcap>(params, *shared_work);
+      for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
+      consumer.finish();
     } else {
       BwdRolesConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
-      consumer.template run<kSoftcap>(params, *shared_work);
+      for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
     }
   }
   // Paired, no CTA leaves while its partner may still multicast into it, arrive on its barriers or copy

@@ -14,14 +14,15 @@ template <class Element, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t stream) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
   const dim3 row_block(kRowKernelWarps * 32);
-  const dim3 pre_grid((params.max_seqlen_q + kCfg.block_m + kRowKernelWarps - 1) / kRowKernelWarps, params.heads_q,
-                      params.batch);
+  const dim3 pre_grid((params.max_seqlen_q + kCfg.block_m + kRowsPerRowKernelCta - 1) / kRowsPerRowKernelCta,
+                      params.heads_q, params.batch);
   bwd_preprocess_kernel<Element, kHeadDim><<<pre_grid, row_block, 0, stream>>>(params);
 
   auto* kernel = params.has_softcap ? &bwd_kernel<Element, kHeadDim, true> : &bwd_kernel<Element, kHeadDim, false>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes());
   if (status != cudaSuccess) return status;
   // Paired CTAs: clusters of two consecutive CTAs (the planner makes num_ctas a whole number of pairs).
+  // num_ctas is the persistent grid (bwd_grid_ctas).
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = unsigned(kCfg.cluster_ctas);
@@ -34,10 +35,20 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = kCfg.cluster_ctas > 1 ? 1 : 0;
+  if constexpr (kCfg.cluster_ctas > 1) {
+    // Not every SM may take part in a cluster (a GPC with an odd count): the persistent grid is no larger
+    // than the clusters resident at once, so no CTA waits for another's SM (deterministic mode relies on
+    // it). The kernel walks its tiles in strides of the grid, so any grid size covers them all.
+    int clusters = 0;
+    status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    if (status != cudaSuccess) return status;
+    if (clusters > 0 && clusters * kCfg.cluster_ctas < num_ctas) config.gridDim = dim3(unsigned(clusters * kCfg.cluster_ctas));
+  }
   status = cudaLaunchKernelEx(&config, kernel, params);
   if (status != cudaSuccess) return status;
 
-  const dim3 post_grid((params.max_seqlen_q + kRowKernelWarps - 1) / kRowKernelWarps, params.heads_q, params.batch);
+  const dim3 post_grid((params.max_seqlen_q + kRowsPerRowKernelCta - 1) / kRowsPerRowKernelCta, params.heads_q,
+                       params.batch);
   bwd_postprocess_kernel<Element, kHeadDim><<<post_grid, row_block, 0, stream>>>(params);
   return cudaGetLastError();
 }

@@ -1,5 +1,5 @@
-// The backward kernel's mbarriers: K/V loaded once per CTA, then a ring of (Q, dO, LSE, D) stages, one
-// per query block step.
+// The backward kernel's mbarriers: K/V loaded once per tile (a CTA of the persistent grid runs several),
+// then a ring of (Q, dO, LSE, D) stages, one per query block step, which runs on across the CTA's tiles.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +12,16 @@ namespace flash4::sm90 {
 template <int kStages>
 struct BwdBarriers {
   uint64_t kv_full;
+  uint64_t kv_empty;  // one arrival per consumer thread: the tile's K / V may be overwritten by the next tile's
   uint64_t stage_full[kStages];
   uint64_t stage_empty[kStages];  // one arrival per consumer warp (paired: of both CTAs)
   // Paired CTAs (dq_writer.cuh): in rank 0, the partner's dQ partial has arrived in the partner buffer;
   // in rank 1, rank 0 has taken it, so the staging buffer is free again.
   uint64_t partner_dq_full;
   uint64_t partner_dq_taken;
+  // The tile hand-out (kernel.cuh): the scheduler has resolved tile slot s; every reader is done with it.
+  uint64_t tile_published[2];
+  uint64_t tile_free[2];
 };
 
 // Named barriers (id 0 is __syncthreads).
@@ -27,6 +31,8 @@ struct BwdBarriers {
 //    writers, odd steps hand off through kDqFullOdd: a writer waiting for its next step must not be
 //    released by the other's. (kDqEmpty needs no second id: its arrivals alternate with the consumers'
 //    syncs, since a writer can only read step t + 1 after the consumers passed kDqEmpty for it.)
+//    The writers hand the buffer back after every step, and the consumers take it once more after their
+//    last tile, so that no arrival is left pending when the CTA exits.
 //  - Split by roles: warpgroup 0 arrives on kProbsReady and warpgroup 1 syncs on it; both sync on
 //    kDsReady. Deterministic mode adds the dQ turn barriers.
 enum class BwdBarrierId : int {
@@ -41,15 +47,17 @@ enum class BwdBarrierId : int {
 inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
 inline constexpr int kBwdDqHandoffThreads = kBwdConsumerThreads + 32;  // the consumers plus one writer warp
 // The producer warpgroup's warps: warp 0 issues the loads, warps from kBwdDqWriterWarp write dQ (see
-// bwd_dq_writer_warps), the rest idle.
+// bwd_dq_writer_warps), warp 3 hands out the tiles (kernel.cuh), the rest idle.
 inline constexpr int kBwdLoaderWarp = 0;
 inline constexpr int kBwdDqWriterWarp = 1;
+inline constexpr int kBwdSchedulerWarp = 3;
 
 // dQ writer warps, taking the steps in turn: two unless paired. A writer in deterministic mode waits for
 // its adds to land before it passes the turn on, and that wait (with the turn's acquire) can take as long
 // as a step; a second writer takes the next step meanwhile, so the staging buffer comes back to the
 // consumers once per step. Paired, the partner hand-off (dq_writer.cuh) is written for one.
 constexpr int bwd_dq_writer_warps(int cluster_ctas) { return cluster_ctas == 1 ? 2 : 1; }
+static_assert(kBwdDqWriterWarp + 2 <= kBwdSchedulerWarp, "the scheduler warp writes no dQ");
 
 // The barrier that hands step `step`'s staged dQ to its writer.
 __device__ __forceinline__ int dq_full_barrier(int step, int writers) {

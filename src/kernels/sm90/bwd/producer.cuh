@@ -1,7 +1,10 @@
-// The backward producer: one thread loads the CTA's K and V block once, then streams (Q, dO, LSE in
-// log2 units, D) for every query block step through the stage ring: the 2-D tiles with TMA, the two
-// 64-float row vectors with plain bulk copies from the workspace. Paired CTAs share every stage: rank 0
-// loads Q and LSE, rank 1 dO and D, each multicast into both CTAs, so each tile leaves L2 once per pair.
+// The backward producer: for each of the CTA's tiles one thread loads the tile's K and V block once (as
+// soon as the consumers are done with the previous tile's), then streams (Q, dO, LSE in log2 units, D)
+// for every query block step through the stage ring, which runs on from tile to tile, so the next tile's
+// first stages load while the consumers still write the previous tile's dK / dV: the 2-D tiles with TMA,
+// the two 64-float row vectors with plain bulk copies from the workspace. Paired CTAs share every stage:
+// rank 0 loads Q and LSE, rank 1 dO and D, each multicast into both CTAs, so each tile leaves L2 once per
+// pair.
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"
@@ -39,15 +42,20 @@ struct BwdProducer {
     else bulk_load(dst, src, kCfg.row_stat_bytes(), barrier);
   }
 
-  __device__ static void run(const BwdKernelParams& p, const BwdTileWork& work, char* smem,
-                             BwdBarriers<kCfg.stages>* bars) {
+  char* smem;
+  BwdBarriers<kCfg.stages>* bars;
+  RingPosition<kCfg.stages> ring{};
+  bool loaded_kv = false;  // before: the consumers release the previous tile's K / V on kv_empty
+
+  __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     if (work.num_steps() == 0) return;  // the consumers write zero dK/dV without loading anything
     const int key_row = work.k_row_base + work.n0;
+    if (loaded_kv) mbarrier_wait(&bars->kv_empty, work.kv_phase ^ 1);
+    loaded_kv = true;
     mbarrier_arrive_expect_bytes(&bars->kv_full, 2 * kCfg.kv_bytes());
     load_tile(smem + kCfg.k_offset(), &p.tma_k, &bars->kv_full, kCfg.block_n, key_row, work.head_kv, work.tma_batch);
     load_tile(smem + kCfg.v_offset(), &p.tma_v, &bars->kv_full, kCfg.block_n, key_row, work.head_kv, work.tma_batch);
 
-    RingPosition<kCfg.stages> ring;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       const long long stats_row0 = head * p.rows_per_head + work.workspace_row0;
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {

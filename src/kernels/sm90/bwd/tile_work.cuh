@@ -1,16 +1,17 @@
-// Resolves a backward CTA index into its work: one key block of one (sequence, kv head), the query
-// heads of that kv head's group, and the query blocks that see any of the keys. Resolved once per CTA
-// and shared with the roles through shared memory (kernel.cuh).
+// Resolves a backward tile index into its work: one key block of one (sequence, kv head), the query
+// heads of that kv head's group, and the query blocks that see any of the keys. The CTA's scheduler
+// thread resolves each tile in place, into a shared-memory slot the other roles read (kernel.cuh).
 //
 // Order: the key block is the fast coordinate (linear = (sequence * heads_kv + kv head) * n_blocks_max +
-// n_block), so the CTAs running at once share one or a few (sequence, head)s and their Q / dO tiles and dQ
+// n_block), so the tiles running at once share one or a few (sequence, head)s and their Q / dO tiles and dQ
 // accumulator rows stay in L2. (Key block slow spread the running CTAs over every head: at D = 64, 4K
 // tokens that working set was 128 MB, L2 hit 30%, and the consumers waited on the dQ reduce-adds.)
 // Within a head key block 0 starts first: under bottom-right causal masking it sees the most query rows,
 // so the order is longest-first within each head; and in deterministic mode every CTA's predecessors in
-// the dQ reduce-add order (the lower key blocks of the same head) have lower indices. That they were
-// also launched before it is an assumption: CUDA starts CTAs in index order in practice but does not
-// promise it (FA3's deterministic backward makes the same one).
+// the dQ reduce-add order (the lower key blocks of the same head) have lower indices. The persistent grid
+// (no more CTAs than fit on the GPU at once) claims tiles in increasing order and each CTA runs its claims
+// in order, so the lowest unfinished tile is always running and waits on none: the turns cannot deadlock.
+// (Were the CTAs not all resident, a waiting CTA could hold the SM its predecessor needs.)
 //
 // Every role walks the CTA's query blocks from the last to the first. Causal (and windowed) key blocks
 // of one head then reach a query block at the same step, since their ranges share the end: the CTAs of
@@ -27,6 +28,7 @@
 namespace flash4::sm90 {
 
 struct BwdTileWork {
+  int kv_phase;      // parity of the K / V barriers' phase for this tile (set by the scheduler, kernel.cuh)
   int batch;
   int head_kv;
   int first_head_q;  // the group's query heads are [first_head_q, first_head_q + group_size)
@@ -49,16 +51,15 @@ struct BwdTileWork {
   // False: no key of the CTA (paired: of the pair) lies inside the sequence, so there is nothing to write.
   // The same for both CTAs of a pair, which must run or exit together.
   __device__ __forceinline__ bool has_keys() const { return pair_n0 < seqlen_k; }
-  // Query-block steps of the whole CTA: every query block of every head of the group.
+  // Query-block steps of the tile: every query block of every head of the group.
   __device__ __forceinline__ int num_steps() const { return queries.count() * group_size; }
 };
 
 template <int kHeadDim>
-__device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p, int linear) {
+__device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int linear, BwdTileWork& work) {
   constexpr int kBlockM = bwd_tile_config(kHeadDim).block_m;
   constexpr int kBlockN = bwd_tile_config(kHeadDim).block_n;
   constexpr int kCluster = bwd_tile_config(kHeadDim).cluster_ctas;
-  BwdTileWork work;
   const int bh = linear / p.n_blocks_max;
   work.n_block = linear - bh * p.n_blocks_max;
   work.batch = bh / p.heads_kv;
@@ -80,7 +81,6 @@ __device__ __forceinline__ BwdTileWork resolve_bwd_tile(const BwdKernelParams& p
   // The pair's keys are one contiguous range, so the union of its two blocks' query ranges is one range.
   const QueryBlockRange pair = query_block_range(mask, work.pair_n0, kCluster * kBlockN, kBlockM);
   work.queries = QueryBlockRange{pair.begin, pair.end, own.unmasked_begin, own.unmasked_end};
-  return work;
 }
 
 // Where a CTA's dQ partial of (query head `head`, query block `m_block`) goes: its copy of the
