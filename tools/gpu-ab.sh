@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
 # A/B runs on the H200, bf16 at head dims 64 and 128, 16K tokens (B=1, H=2048/D), causal and not, two
 # repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json.
-#   tools/gpu-ab.sh OUT_DIR [fwd|bwd]
+#   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid]
 #   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
 #                  off; longest-first order off);
 #   bwd:           the backward unpaired and with paired CTAs (FLASH4_BWD_PAIRED_CTA), each timed with
 #                  deterministic mode off and on (rows carry 'deterministic'); then Nsight Compute counts
 #                  one main-kernel launch per variant and head dim (16K, non-causal): L2 read / write /
 #                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
-#                  issue's 'bytes and reduce-adds' of the pairing.
+#                  issue's 'bytes and reduce-adds' of the pairing;
+#   grid:          the backward's persistent grid against one CTA per tile (FLASH4_BWD_PERSISTENT=OFF, a
+#                  host-only switch) at 512..16K tokens (B = 16384 / N), the lengths bwd_grid_ctas decides by.
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
-# elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta).
+# elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta;
+# persistent, one_cta_per_tile).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
+seqlens="16384"
 if [ "$mode" = bwd ]; then
   declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
   timings=("--mode bwd" "--mode bwd --deterministic")
+elif [ "$mode" = grid ]; then
+  declare -A variants=([persistent]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF")
+  timings=("--mode bwd")
+  seqlens="512 1024 2048 4096 16384"
 else
   declare -A variants=([all_on]="" [no_soft_exp2]="-DFLASH4_SOFT_EXP2=OFF" [no_lazy_rescale]="-DFLASH4_LAZY_RESCALE=OFF"
                        [no_lpt_order]="-DFLASH4_LPT_ORDER=OFF")
@@ -34,13 +42,16 @@ for variant in "${!variants[@]}"; do
       cmake --build "$build" -j "$(nproc)" --target flash4-bench >"$out/ab-build-$variant.log" 2>&1; } ||
       { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   fi
-  for d in 64 128; do
-    for causal in 0 1; do
-      for timing in "${timings[@]}"; do
-        for repeat in 1 2; do
-          # shellcheck disable=SC2086  # $timing is a list of flags
-          LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --D "$d" --N 16384 --B 1 --H $((2048 / d)) --causal "$causal" --iters 50 $timing |
-            python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]" >>"$out/ab.jsonl"
+  for n in $seqlens; do
+    for d in 64 128; do
+      for causal in 0 1; do
+        for timing in "${timings[@]}"; do
+          for repeat in 1 2; do
+            # shellcheck disable=SC2086  # $timing is a list of flags
+            LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --D "$d" --N "$n" --B $((16384 / n)) --H $((2048 / d)) \
+              --causal "$causal" --iters 50 $timing |
+              python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]" >>"$out/ab.jsonl"
+          done
         done
       done
     done
@@ -60,7 +71,9 @@ if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
   done
   cat "$out/ab-ncu.txt"
 fi
-python3 "$root/bench/peers.py" --dims 64,128 --seqlens 16384 --modes "$mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
+peer_mode=$mode
+[ "$mode" = grid ] && peer_mode=bwd
+python3 "$root/bench/peers.py" --dims 64,128 --seqlens "${seqlens// /,}" --modes "$peer_mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
   --software "$(nvcc --version | tail -1)" --note "A/B ($mode): flash4 rows carry 'variant' and 'repeat'" >/dev/null
@@ -70,8 +83,8 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 table = collections.defaultdict(list)
 for r in rows:
     variant = r["variant"] + ("+deterministic" if r.get("deterministic") else "")
-    table[(r["D"], r["causal"], variant)].append(r["tflops"])
-print(f"{'D':>4} {'causal':>6} {'variant':>24} {'TFLOPS (2 runs)':>18}")
+    table[(r["N"], r["D"], r["causal"], variant)].append(r["tflops"])
+print(f"{'N':>6} {'D':>4} {'causal':>6} {'variant':>24} {'TFLOPS (2 runs)':>18}")
 for key in sorted(table):
-    print(f"{key[0]:>4} {str(key[1]):>6} {key[2]:>24} {' '.join(f'{v:7.1f}' for v in table[key]):>18}")
+    print(f"{key[0]:>6} {key[1]:>4} {str(key[2]):>6} {key[3]:>24} {' '.join(f'{v:7.1f}' for v in table[key]):>18}")
 PY
