@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/common/bwd_params.hpp"
+#include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/bwd/consumer.cuh"
 #include "kernels/sm90/bwd/consumer_roles.cuh"
 #include "kernels/sm90/bwd/dq_writer.cuh"
@@ -39,8 +40,8 @@ inline constexpr int kBwdConsumerRegisters = 240;
 // registers would take the consumers' scarce ones, and resolving in the loader's or the consumers' own
 // threads spilled.
 struct BwdTileSlots {
-  BwdTileWork work[2];
-  int valid[2];  // 0: no tile left (the roles stop)
+  BwdTileWork work[BwdTileHandout::kSlots];
+  int valid[BwdTileHandout::kSlots];  // 0: no tile left (the roles stop)
 };
 
 // Threads that arrive on tile_free: the loader thread, the consumers and the dQ writers.
@@ -76,14 +77,14 @@ __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots
   int tile = blockIdx.x;
   int kv_loads = 0;
   for (int number = 0;; ++number) {
-    const int slot = number % 2;
-    if (number >= 2) mbarrier_wait(&bars->tile_free[slot], (number / 2 - 1) % 2);
+    const int slot = BwdTileHandout::slot(number);
+    if (BwdTileHandout::reuses_slot(number)) mbarrier_wait(&bars->tile_free[slot], BwdTileHandout::free_parity(number));
     const bool valid = tile < p.num_tiles;
     slots->valid[slot] = valid;
     if (valid) {
       BwdTileWork& work = slots->work[slot];
       resolve_bwd_tile<kHeadDim>(p, tile, work);
-      work.kv_phase = kv_loads % 2;
+      work.kv_phase = BwdTileHandout::kv_full_parity(kv_loads);
       if (work.has_keys() && work.num_steps() > 0) ++kv_loads;
     }
     mbarrier_arrive(&bars->tile_published[slot]);
@@ -96,17 +97,17 @@ __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots
 template <int kHeadDim, bool kPersistent, class Body>
 __device__ __forceinline__ void for_each_bwd_tile(BwdTileSlots* slots, const Body& body) {
   if constexpr (!kPersistent) {
-    mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[0], 0);
+    mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[0], BwdTileHandout::published_parity(0));
     if (slots->valid[0] && slots->work[0].has_keys()) body(slots->work[0]);
-    return;
-  }
-  for (int number = 0;; ++number) {
-    const int slot = number % 2;
-    mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[slot], (number / 2) % 2);
-    if (!slots->valid[slot]) return;
-    const BwdTileWork& work = slots->work[slot];
-    if (work.has_keys()) body(work);
-    mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_free[slot]);
+  } else {
+    for (int number = 0;; ++number) {
+      const int slot = BwdTileHandout::slot(number);
+      mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[slot], BwdTileHandout::published_parity(number));
+      if (!slots->valid[slot]) return;
+      const BwdTileWork& work = slots->work[slot];
+      if (work.has_keys()) body(work);
+      mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_free[slot]);
+    }
   }
 }
 
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     }
     mbarrier_init(&bars->partner_dq_full, 1);
     mbarrier_init(&bars->partner_dq_taken, 1);
-    for (int slot = 0; slot < 2; ++slot) {
+    for (int slot = 0; slot < BwdTileHandout::kSlots; ++slot) {
       mbarrier_init(&bars->tile_published[slot], 1);
       mbarrier_init(&bars->tile_free[slot], bwd_tile_readers(kCfg));
     }
@@ -179,11 +180,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     warpgroup_claim_registers<kBwdConsumerRegisters>();
     if constexpr (kCfg.split == BwdSplit::kKeys) {
       BwdConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
-      for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
+      for_each_bwd_tile<kHeadDim, kPersistent>(
+          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
       consumer.finish();
     } else {
       BwdRolesConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
-      for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
+      for_each_bwd_tile<kHeadDim, kPersistent>(
+          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
     }
   }
   // Paired, no CTA leaves while its partner may still multicast into it, arrive on its barriers or copy

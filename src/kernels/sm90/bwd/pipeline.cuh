@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/bwd_tile_config.hpp"
+#include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/ring_position.cuh"
 
 namespace flash4::sm90 {
@@ -20,8 +21,8 @@ struct BwdBarriers {
   uint64_t partner_dq_full;
   uint64_t partner_dq_taken;
   // The tile hand-out (kernel.cuh): the scheduler has resolved tile slot s; every reader is done with it.
-  uint64_t tile_published[2];
-  uint64_t tile_free[2];
+  uint64_t tile_published[BwdTileHandout::kSlots];
+  uint64_t tile_free[BwdTileHandout::kSlots];
 };
 
 // Named barriers (id 0 is __syncthreads).

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"
+#include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
 #include "kernels/sm90/ptx/bulk.cuh"
@@ -50,7 +51,7 @@ struct BwdProducer {
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     if (work.num_steps() == 0) return;  // the consumers write zero dK/dV without loading anything
     const int key_row = work.k_row_base + work.n0;
-    if (loaded_kv) mbarrier_wait(&bars->kv_empty, work.kv_phase ^ 1);
+    if (loaded_kv) mbarrier_wait(&bars->kv_empty, BwdTileHandout::kv_empty_parity(work.kv_phase));
     loaded_kv = true;
     mbarrier_arrive_expect_bytes(&bars->kv_full, 2 * kCfg.kv_bytes());
     load_tile(smem + kCfg.k_offset(), &p.tma_k, &bars->kv_full, kCfg.block_n, key_row, work.head_kv, work.tma_batch);
