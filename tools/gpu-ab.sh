@@ -10,7 +10,8 @@
 #                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
 #                  issue's 'bytes and reduce-adds' of the pairing;
 #   grid:          the backward's persistent grid against one CTA per tile (FLASH4_BWD_PERSISTENT=OFF, a
-#                  host-only switch) at 512..16K tokens (B = 16384 / N), the lengths bwd_grid_ctas decides by.
+#                  host-only switch) over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N), the
+#                  lengths bwd_grid_ctas decides by.
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
 # elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta;
 # persistent, one_cta_per_tile).
@@ -26,7 +27,7 @@ if [ "$mode" = bwd ]; then
 elif [ "$mode" = grid ]; then
   declare -A variants=([persistent]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF")
   timings=("--mode bwd")
-  seqlens="512 1024 2048 4096 16384"
+  seqlens="512 1024 2048 4096 8192 16384"  # flash4-bench --all's lengths
 else
   declare -A variants=([all_on]="" [no_soft_exp2]="-DFLASH4_SOFT_EXP2=OFF" [no_lazy_rescale]="-DFLASH4_LAZY_RESCALE=OFF"
                        [no_lpt_order]="-DFLASH4_LPT_ORDER=OFF")
@@ -42,16 +43,21 @@ for variant in "${!variants[@]}"; do
       cmake --build "$build" -j "$(nproc)" --target flash4-bench >"$out/ab-build-$variant.log" 2>&1; } ||
       { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   fi
-  for n in $seqlens; do
-    for d in 64 128; do
-      for causal in 0 1; do
-        for timing in "${timings[@]}"; do
-          for repeat in 1 2; do
-            # shellcheck disable=SC2086  # $timing is a list of flags
-            LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --D "$d" --N "$n" --B $((16384 / n)) --H $((2048 / d)) \
-              --causal "$causal" --iters 50 $timing |
-              python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]" >>"$out/ab.jsonl"
-          done
+  tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=REPEAT))) for l in sys.stdin if l.startswith('{')]"
+  if [ "$mode" = grid ]; then  # the whole sweep in one process per repeat: a process per shape overran 600 s
+    for repeat in 1 2; do
+      LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 |
+        python3 -c "${tag/REPEAT/$repeat}" >>"$out/ab.jsonl"
+    done
+    continue
+  fi
+  for d in 64 128; do
+    for causal in 0 1; do
+      for timing in "${timings[@]}"; do
+        for repeat in 1 2; do
+          # shellcheck disable=SC2086  # $timing is a list of flags
+          LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --D "$d" --N 16384 --B 1 --H $((2048 / d)) --causal "$causal" --iters 50 $timing |
+            python3 -c "${tag/REPEAT/$repeat}" >>"$out/ab.jsonl"
         done
       done
     done
