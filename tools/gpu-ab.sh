@@ -9,12 +9,13 @@
 #                  one main-kernel launch per variant and head dim (16K, non-causal): L2 read / write /
 #                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
 #                  issue's 'bytes and reduce-adds' of the pairing;
-#   grid:          the backward's persistent grid against one CTA per tile (FLASH4_BWD_PERSISTENT=OFF, a
-#                  host-only switch) over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N), the
-#                  lengths bwd_grid_ctas decides by.
+#   grid:          the backward's grid policy (bwd_grid_ctas) against one CTA per tile
+#                  (FLASH4_BWD_PERSISTENT=OFF), a persistent grid for every problem
+#                  (FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX) and the same with the late claim
+#                  (FLASH4_BWD_LATE_CLAIM), over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N).
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
 # elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta;
-# persistent, one_cta_per_tile).
+# policy, one_cta_per_tile, all_persistent, all_persistent_late_claim).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -25,7 +26,9 @@ if [ "$mode" = bwd ]; then
   declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
   timings=("--mode bwd" "--mode bwd --deterministic")
 elif [ "$mode" = grid ]; then
-  declare -A variants=([persistent]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF")
+  all_persistent=-DFLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX=1000000000
+  declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [all_persistent]="$all_persistent"
+                       [all_persistent_late_claim]="$all_persistent -DFLASH4_BWD_LATE_CLAIM=ON")
   timings=("--mode bwd")
   seqlens="512 1024 2048 4096 8192 16384"  # flash4-bench --all's lengths
 else

@@ -51,7 +51,11 @@ BwdPlan plan_backward(const flash4_bwd_params& params);
 // from sharing one CTA start and end among several. Why long ones lose is not measured; the suspect is
 // the claim ahead: a CTA claims its next tile while the current one runs, before it is known which SM
 // frees first, so the last long tiles can wait while other SMs idle.
-inline constexpr int kBwdPersistentMaskedRowsMax = 1024;
+// CMake FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX moves the limit for A/B runs (tools/gpu-ab.sh grid).
+#ifndef FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX
+#define FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX 1024
+#endif
+inline constexpr int kBwdPersistentMaskedRowsMax = FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX;
 int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap);
 bool bwd_persistent_grid();  // false in a FLASH4_BWD_PERSISTENT=OFF build
 

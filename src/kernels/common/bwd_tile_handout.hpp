@@ -1,7 +1,8 @@
 // The backward's tile hand-out protocol (kernels/sm90/bwd/kernel.cuh), as the slot and mbarrier phase
 // arithmetic its roles share: the scheduler publishes the CTA's tile number n in slot n % 2; the other
-// roles wait for tile_published, read the slot, and arrive on tile_free once done with it. Host and
-// device code, so that tests/cpu/test_bwd_tile_handout.cpp runs the protocol on these very functions.
+// roles wait for tile_published, read the slot, and arrive on tile_free once done with it (the loader
+// first on tile_loaded, for a late claim). Host and device code, so that
+// tests/cpu/test_bwd_tile_handout.cpp runs the protocol on these very functions.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,15 @@
 #include "kernels/common/host_device.hpp"
 
 namespace flash4 {
+
+// CMake FLASH4_BWD_LATE_CLAIM: the scheduler claims the CTA's tile number n + 1 only once the loader has
+// issued tile n's loads (tile_loaded), about two steps before the consumers finish it, instead of as
+// tile n is published. The claim made a whole tile ahead is the suspect in the persistent grid's loss on
+// long causal problems (bwd_planner.hpp); this is the experiment, A/B by tools/gpu-ab.sh grid.
+#ifndef FLASH4_BWD_LATE_CLAIM_ENABLED
+#define FLASH4_BWD_LATE_CLAIM_ENABLED 0
+#endif
+inline constexpr bool kBwdLateClaim = FLASH4_BWD_LATE_CLAIM_ENABLED != 0;
 
 struct BwdTileHandout {
   static constexpr int kSlots = 2;
@@ -21,6 +31,8 @@ struct BwdTileHandout {
   // tile_free phase.
   FLASH4_HD static constexpr bool reuses_slot(int number) { return number >= kSlots; }
   FLASH4_HD static constexpr uint32_t free_parity(int number) { return uint32_t(number / kSlots - 1) % 2; }
+  // tile_loaded completes one phase per tile (the loader arrives after every tile, loads or none).
+  FLASH4_HD static constexpr uint32_t loaded_parity(int number) { return uint32_t(number) % 2; }
   // The K / V barriers complete one phase per tile that loads K and V. kv_full's phase for such a tile is
   // the parity of the tiles that loaded before it; before loading, the loader waits for the previous
   // load's kv_empty phase, the other parity.

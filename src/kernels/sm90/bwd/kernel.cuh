@@ -89,13 +89,15 @@ __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots
     }
     mbarrier_arrive(&bars->tile_published[slot]);
     if (!valid || !kPersistent) return;
+    if constexpr (kBwdLateClaim) mbarrier_wait(&bars->tile_loaded, BwdTileHandout::loaded_parity(number));
     tile = next_tile<kHeadDim>(p, tile);
   }
 }
 
-// Every other role: `body(work)` for each of the CTA's tiles with keys (one tile unless kPersistent).
-template <int kHeadDim, bool kPersistent, class Body>
-__device__ __forceinline__ void for_each_bwd_tile(BwdTileSlots* slots, const Body& body) {
+// Every other role: `body(work)` for each of the CTA's tiles with keys (one tile unless kPersistent), then
+// `after_tile()` for every tile.
+template <int kHeadDim, bool kPersistent, class Body, class AfterTile>
+__device__ __forceinline__ void for_each_bwd_tile(BwdTileSlots* slots, const Body& body, const AfterTile& after_tile) {
   if constexpr (!kPersistent) {
     mbarrier_wait(&fresh_barriers<kHeadDim>()->tile_published[0], BwdTileHandout::published_parity(0));
     if (slots->valid[0] && slots->work[0].has_keys()) body(slots->work[0]);
@@ -106,6 +108,7 @@ __device__ __forceinline__ void for_each_bwd_tile(BwdTileSlots* slots, const Bod
       if (!slots->valid[slot]) return;
       const BwdTileWork& work = slots->work[slot];
       if (work.has_keys()) body(work);
+      after_tile();
       mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_free[slot]);
     }
   }
@@ -152,6 +155,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
       mbarrier_init(&bars->tile_published[slot], 1);
       mbarrier_init(&bars->tile_free[slot], bwd_tile_readers(kCfg));
     }
+    mbarrier_init(&bars->tile_loaded, 1);
     mbarrier_init_fence();
   }
   // Paired, the partner's barriers must be initialized before this CTA's multicasts and arrivals reach them.
@@ -165,7 +169,12 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     if (warp == kBwdLoaderWarp) {
       if (threadIdx.x % 32 == 0) {
         BwdProducer<kHeadDim> producer{smem, bars};
-        for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { producer.run(params, work); });
+        // A late claim waits for the loader to have issued the tile's loads.
+        const auto loaded = [&] {
+          if constexpr (kBwdLateClaim) mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_loaded);
+        };
+        for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { producer.run(params, work); },
+                                                 loaded);
       }
     } else if (warp == kBwdSchedulerWarp) {
       if (threadIdx.x % 32 == 0) schedule_bwd_tiles<kHeadDim, kPersistent>(params, slots, bars);
@@ -173,7 +182,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
       if constexpr (kCfg.split == BwdSplit::kKeys) {
         BwdDqWriter<kHeadDim> writer{smem, bars, warp - kBwdDqWriterWarp};
         writer.start();
-        for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { writer.run(params, work); });
+        for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { writer.run(params, work); },
+                                                 [] {});
       }
     }
   } else {
@@ -181,12 +191,12 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     if constexpr (kCfg.split == BwdSplit::kKeys) {
       BwdConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
       for_each_bwd_tile<kHeadDim, kPersistent>(
-          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
+          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
       consumer.finish();
     } else {
       BwdRolesConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
       for_each_bwd_tile<kHeadDim, kPersistent>(
-          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); });
+          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
     }
   }
   // Paired, no CTA leaves while its partner may still multicast into it, arrive on its barriers or copy

@@ -23,6 +23,7 @@ struct BwdBarriers {
   // The tile hand-out (kernel.cuh): the scheduler has resolved tile slot s; every reader is done with it.
   uint64_t tile_published[BwdTileHandout::kSlots];
   uint64_t tile_free[BwdTileHandout::kSlots];
+  uint64_t tile_loaded;  // the loader has issued a tile's loads (kBwdLateClaim)
 };
 
 // Named barriers (id 0 is __syncthreads).
