@@ -49,8 +49,9 @@ BwdPlan plan_backward(const flash4_bwd_params& params);
 // persistent grid against one CTA per tile: 512 tokens +7.7% at D = 64 (139.8 vs 129.8 TFLOPS) and +3.5%
 // at D = 128, 1K +5.3% / +0.7%, 2K +2.5% / -1.5%, 4K -1.3% / -12.5%, 16K -3.2% at D = 64. Short tiles gain
 // from sharing one CTA start and end among several. Why long ones lose is not measured; the suspect is
-// the claim ahead: a CTA claims its next tile while the current one runs, before it is known which SM
-// frees first, so the last long tiles can wait while other SMs idle.
+// the early claim: that scheduler claimed two tiles ahead of the one running, so the last long tiles could
+// wait behind busy CTAs while other SMs idled. It now claims one ahead (FLASH4_BWD_LATE_CLAIM: later
+// still); neither has been measured, so the limit stands until tools/gpu-ab.sh grid says otherwise.
 // CMake FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX moves the limit for A/B runs (tools/gpu-ab.sh grid).
 #ifndef FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX
 #define FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX 1024

@@ -45,7 +45,7 @@ struct BwdKernelParams {
   float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
   float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows
   int* dq_semaphores;  // deterministic mode: [dq_copies][heads_q][batch][m_blocks_max], zeroed by the host
-  int* tile_counter;   // tiles claimed past each CTA's first (kernels/sm90/bwd/kernel.cuh); the preprocess zeroes it
+  int* tile_counter;   // tiles claimed so far (kernels/sm90/bwd/kernel.cuh); the preprocess zeroes it
   long long rows_per_head;
   int dq_copies;       // copies of the dQ accumulator the postprocess sums (bwd_dq_copies): 1 unless deterministic
 

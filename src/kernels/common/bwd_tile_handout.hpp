@@ -13,8 +13,8 @@ namespace flash4 {
 
 // CMake FLASH4_BWD_LATE_CLAIM: the scheduler claims the CTA's tile number n + 1 only once the loader has
 // issued tile n's loads (tile_loaded), about two steps before the consumers finish it, instead of as
-// tile n is published. The claim made a whole tile ahead is the suspect in the persistent grid's loss on
-// long causal problems (bwd_planner.hpp); this is the experiment, A/B by tools/gpu-ab.sh grid.
+// the readers start tile n. A claim made well ahead is the suspect in the persistent grid's loss on long
+// causal problems (bwd_planner.hpp); this is the experiment, A/B by tools/gpu-ab.sh grid.
 #ifndef FLASH4_BWD_LATE_CLAIM_ENABLED
 #define FLASH4_BWD_LATE_CLAIM_ENABLED 0
 #endif

@@ -29,13 +29,13 @@ namespace flash4::sm90 {
 inline constexpr int kBwdProducerRegisters = 24;
 inline constexpr int kBwdConsumerRegisters = 240;
 
-// The tile hand-out. Each CTA starts with tile blockIdx.x, then claims the next unclaimed tile from a
-// global counter (tile_counter), so tiles start in tile_work.cuh's order (longest-first within each head,
-// the heads' Q / dO shared in L2) and the CTAs stay balanced however the tiles' lengths vary (causal,
-// window, varlen). Paired CTAs, which must agree on their pair, stride by the grid instead (the grid is a
-// whole number of clusters and n_blocks_max is even, so rank = blockIdx.x % 2 keeps its key block's
-// parity). A scheduler thread (warp kBwdSchedulerWarp) claims and resolves the CTA's tile number i into
-// slot i % 2, one tile ahead of the slowest reader, and arrives on tile_published; every other role
+// The tile hand-out. Each CTA claims its tiles from a global counter (tile_counter), so tiles start in
+// tile_work.cuh's order (longest-first within each head, the heads' Q / dO shared in L2) and the CTAs stay
+// balanced however the tiles' lengths vary (causal, window, varlen). Paired CTAs, which must agree on
+// their pair, stride by the grid instead (the grid is a whole number of clusters and n_blocks_max is even,
+// so rank = blockIdx.x % 2 keeps its key block's parity). A scheduler thread (warp kBwdSchedulerWarp)
+// claims and resolves the CTA's tile number i into slot i % 2 once the readers are done with tile i - 2
+// (they have started tile i - 1: a claim one tile ahead), and arrives on tile_published; every other role
 // reads the slot and arrives on tile_free when done with it. The slots are in shared memory: a copy in
 // registers would take the consumers' scarce ones, and resolving in the loader's or the consumers' own
 // threads spilled.
@@ -62,11 +62,14 @@ __device__ __forceinline__ BwdBarriers<bwd_tile_config(kHeadDim).stages>* fresh_
                                                                            bwd_tile_config(kHeadDim).barrier_offset());
 }
 
-// The tile after `tile` for this CTA.
+// The CTA's tile number `number` (`previous` its tile number - 1). Every tile is claimed from the
+// counter, the first too: claims then go to running CTAs in index order, so in deterministic mode a tile's
+// predecessors in the dQ turns are always claimed, hence running or done, even when other work holds some
+// SMs and part of the grid has not started. Paired CTAs stride by the grid from blockIdx.x.
 template <int kHeadDim>
-__device__ __forceinline__ int next_tile(const BwdKernelParams& p, int tile) {
-  if constexpr (bwd_tile_config(kHeadDim).cluster_ctas > 1) return tile + gridDim.x;
-  else return gridDim.x + atomicAdd(p.tile_counter, 1);
+__device__ __forceinline__ int claim_tile(const BwdKernelParams& p, int number, int previous) {
+  if constexpr (bwd_tile_config(kHeadDim).cluster_ctas > 1) return number == 0 ? int(blockIdx.x) : previous + gridDim.x;
+  else return atomicAdd(p.tile_counter, 1);
 }
 
 // The scheduler thread. The K / V barriers complete a phase per tile with steps (the others load no K / V),
@@ -74,11 +77,16 @@ __device__ __forceinline__ int next_tile(const BwdKernelParams& p, int tile) {
 template <int kHeadDim, bool kPersistent>
 __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots,
                                    BwdBarriers<bwd_tile_config(kHeadDim).stages>* bars) {
-  int tile = blockIdx.x;
+  int tile = 0;
   int kv_loads = 0;
   for (int number = 0;; ++number) {
     const int slot = BwdTileHandout::slot(number);
+    // Claimed only once the slot is free (the readers have started the previous tile): one tile ahead.
     if (BwdTileHandout::reuses_slot(number)) mbarrier_wait(&bars->tile_free[slot], BwdTileHandout::free_parity(number));
+    if constexpr (kBwdLateClaim) {
+      if (number > 0) mbarrier_wait(&bars->tile_loaded, BwdTileHandout::loaded_parity(number - 1));
+    }
+    tile = claim_tile<kHeadDim>(p, number, tile);
     const bool valid = tile < p.num_tiles;
     slots->valid[slot] = valid;
     if (valid) {
@@ -89,8 +97,6 @@ __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots
     }
     mbarrier_arrive(&bars->tile_published[slot]);
     if (!valid || !kPersistent) return;
-    if constexpr (kBwdLateClaim) mbarrier_wait(&bars->tile_loaded, BwdTileHandout::loaded_parity(number));
-    tile = next_tile<kHeadDim>(p, tile);
   }
 }
 

@@ -35,14 +35,16 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = kCfg.cluster_ctas > 1 ? 1 : 0;
-  if constexpr (kCfg.cluster_ctas > 1) {
-    // Not every SM may take part in a cluster (a GPC with an odd count): the persistent grid is no larger
-    // than the clusters resident at once, so no CTA waits for another's SM (deterministic mode relies on
-    // it). The kernel walks its tiles in strides of the grid, so any grid size covers them all.
+  if (kCfg.cluster_ctas > 1 && num_ctas < params.num_tiles) {
+    // A persistent paired grid: not every SM may take part in a cluster (a GPC with an odd count), so it
+    // is no larger than the clusters resident at once, and no CTA waits for another's SM (deterministic
+    // mode relies on it). Persistent CTAs walk their tiles in strides of the grid, so any grid size covers
+    // them all; a grid of one CTA per tile (a kernel that runs one tile each) is left as it is.
     int clusters = 0;
     status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
     if (status != cudaSuccess) return status;
-    if (clusters > 0 && clusters * kCfg.cluster_ctas < num_ctas) config.gridDim = dim3(unsigned(clusters * kCfg.cluster_ctas));
+    const int resident = clusters * kCfg.cluster_ctas;
+    if (resident > 0 && resident < num_ctas) config.gridDim = dim3(unsigned(resident));
   }
   status = cudaLaunchKernelEx(&config, kernel, params);
   if (status != cudaSuccess) return status;

@@ -1,7 +1,7 @@
 // The two small kernels around the main backward:
 //  - preprocess: per query row, D = rowsum(dO * O) and LSE in log2 units into the padded workspace rows
 //    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0), and
-//    the main kernel's tile counter reset;;
+//    the main kernel's tile counter reset;
 //  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
 //    deterministic mode), converted to the input dtype.
 // Both only move memory. A warp takes kRowsPerWarp rows, each lane head_dim / 32 consecutive elements of

@@ -8,10 +8,11 @@
 // tokens that working set was 128 MB, L2 hit 30%, and the consumers waited on the dQ reduce-adds.)
 // Within a head key block 0 starts first: under bottom-right causal masking it sees the most query rows,
 // so the order is longest-first within each head; and in deterministic mode every CTA's predecessors in
-// the dQ reduce-add order (the lower key blocks of the same head) have lower indices. The persistent grid
-// (no more CTAs than fit on the GPU at once) claims tiles in increasing order and each CTA runs its claims
-// in order, so the lowest unfinished tile is always running and waits on none: the turns cannot deadlock.
-// (Were the CTAs not all resident, a waiting CTA could hold the SM its predecessor needs.)
+// the dQ reduce-add order (the lower key blocks of the same head) have lower indices. Running CTAs claim
+// every tile from a counter, in increasing order, and each CTA runs its claims in order, so the lowest
+// unfinished tile is always running and waits on none: the turns cannot deadlock, whether or not every
+// CTA of the grid is resident. (Paired CTAs stride by the grid from blockIdx.x instead and rely on all
+// clusters of a persistent grid being resident, and on launch order with one CTA per tile.)
 //
 // Every role walks the CTA's query blocks from the last to the first. Causal (and windowed) key blocks
 // of one head then reach a query block at the same step, since their ranges share the end: the CTAs of
