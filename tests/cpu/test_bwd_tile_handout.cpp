@@ -2,9 +2,9 @@
 // own slot and phase arithmetic (BwdTileHandout). One CTA: a scheduler claims tiles and publishes each in
 // slot n % 2; a loader, consumer warps and dQ writer warps wait for the slot, read it and arrive on
 // tile_free; the loader and the consumers also pass the K / V barriers (kv_full, kv_empty) for the tiles
-// that load K and V. Both claim modes: as a tile is published, and late (kBwdLateClaim: only once the
-// loader has arrived on tile_loaded for the tile before). The mbarriers are modelled by their completed phases, a wait by the parity it
-// names. Random interleavings of one action at a time check that
+// that load K and V. Both claim modes: as the slot frees, and late (kBwdLateClaim: only once the loader
+// has arrived on tile_loaded for the tile before). The mbarriers are modelled by their completed phases,
+// a wait by the parity it names. Random interleavings of one action at a time check that
 //  - every run finishes (no role waits on one that cannot move);
 //  - no role ever finds its slot holding another tile while it works on one (no overwrite before all
 //    readers are done), and every role sees every claimed tile, in claim order;

@@ -159,7 +159,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     if (work.num_steps() > 0) {
       const char* k_tile = smem + kCfg.k_offset();
       const char* v_tile = smem + kCfg.v_offset();
-      mbarrier_wait(&bars->kv_full, kPersistent ? work.kv_phase : 0);
+      mbarrier_wait(&bars->kv_full, work.kv_phase);
 
       // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. Paired
       // there is one (BwdTileConfig::ds_buffers): both warpgroups then pass step t's kDqEmpty barrier,
