@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B runs on the H200, bf16 at head dims 64 and 128, 16K tokens (B=1, H=2048/D), causal and not, two
 # repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json.
-#   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid]
+#   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid|release]
 #   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
 #                  off; longest-first order off);
 #   bwd:           the backward unpaired and with paired CTAs (FLASH4_BWD_PAIRED_CTA), each timed with
@@ -9,13 +9,14 @@
 #                  one main-kernel launch per variant and head dim (16K, non-causal): L2 read / write /
 #                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
 #                  issue's 'bytes and reduce-adds' of the pairing;
-#   grid:          the backward's grid policy (bwd_grid_ctas) against one CTA per tile
-#                  (FLASH4_BWD_PERSISTENT=OFF), a persistent grid for every problem
-#                  (FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX) and the same with the late claim
-#                  (FLASH4_BWD_LATE_CLAIM), over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N).
+#   grid:          the backward's persistent grid with the late claim (the default) against one CTA per
+#                  tile (FLASH4_BWD_PERSISTENT=OFF) and the early claim (FLASH4_BWD_LATE_CLAIM=OFF),
+#                  over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N);
+#   release:       the backward's stage release per warp (the default) against per thread
+#                  (FLASH4_BWD_RELEASE_PER_THREAD, which racecheck follows), over the same sweep.
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
 # elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta;
-# policy, one_cta_per_tile, all_persistent, all_persistent_late_claim).
+# policy, one_cta_per_tile, early_claim; policy, release_per_thread).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -25,10 +26,12 @@ seqlens="16384"
 if [ "$mode" = bwd ]; then
   declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
   timings=("--mode bwd" "--mode bwd --deterministic")
-elif [ "$mode" = grid ]; then
-  all_persistent=-DFLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX=1000000000
-  declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [all_persistent]="$all_persistent"
-                       [all_persistent_late_claim]="$all_persistent -DFLASH4_BWD_LATE_CLAIM=ON")
+elif [ "$mode" = grid ] || [ "$mode" = release ]; then
+  if [ "$mode" = grid ]; then
+    declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
+  else
+    declare -A variants=([policy]="" [release_per_thread]="-DFLASH4_BWD_RELEASE_PER_THREAD=ON")
+  fi
   timings=("--mode bwd")
   seqlens="512 1024 2048 4096 8192 16384"  # flash4-bench --all's lengths
 else
@@ -47,7 +50,7 @@ for variant in "${!variants[@]}"; do
       { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   fi
   tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=REPEAT))) for l in sys.stdin if l.startswith('{')]"
-  if [ "$mode" = grid ]; then  # the whole sweep in one process per repeat: a process per shape overran 600 s
+  if [ "$mode" = grid ] || [ "$mode" = release ]; then  # the whole sweep in one process per repeat: a process per shape overran 600 s
     for repeat in 1 2; do
       LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 |
         python3 -c "${tag/REPEAT/$repeat}" >>"$out/ab.jsonl"
@@ -81,7 +84,7 @@ if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
   cat "$out/ab-ncu.txt"
 fi
 peer_mode=$mode
-[ "$mode" = grid ] && peer_mode=bwd
+{ [ "$mode" = grid ] || [ "$mode" = release ]; } && peer_mode=bwd
 python3 "$root/bench/peers.py" --dims 64,128 --seqlens "${seqlens// /,}" --modes "$peer_mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \

@@ -10,9 +10,11 @@
 #   tools/gpu-run.sh [OUT_DIR] [--quick|--bench]   --quick: build and tests only; --bench: build (a no-op
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
-# Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,128,256),
+# Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,128,256; empty: none),
 # FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
-# FLASH4_PYTHON=0 (skip tools/gpu-python.sh, to run it as a command of its own).
+# FLASH4_PYTHON=0 (skip tools/gpu-python.sh, to run it as a command of its own), FLASH4_PREBUILT=DIR (no build:
+# DIR holds flash4-bench, flash4_gpu_tests and libflash4.so.0 built elsewhere and carried to the device; the tests
+# are then the GPU test binary alone, in FLASH4_TEST_SHARDS (default 8) parallel shards, and the Python part is skipped).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-full}
@@ -25,18 +27,46 @@ status=0
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/build.log"
 
-echo "== build"
-{ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASH4_CMAKE_ARGS:-} &&
-  cmake --build "$build" -j "$(nproc)"; } >>"$out/build.log" 2>&1 ||
-  { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
-"$root/tools/check-spills.sh" "$out/build.log" || status=1
+prebuilt=${FLASH4_PREBUILT:-}
+if [ -n "$prebuilt" ]; then
+  prebuilt=$(cd "$prebuilt" && pwd)
+  export LD_LIBRARY_PATH="$prebuilt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  bench_bin=$prebuilt/flash4-bench
+  gpu_tests=$prebuilt/flash4_gpu_tests
+  mkdir -p "$raw"
+  echo "== prebuilt binaries from $prebuilt (no build, no spill check)" | tee -a "$out/build.log"
+else
+  bench_bin=$build/flash4-bench
+  gpu_tests=$build/tests/flash4_gpu_tests
+  echo "== build"
+  { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASH4_CMAKE_ARGS:-} &&
+    cmake --build "$build" -j "$(nproc)"; } >>"$out/build.log" 2>&1 ||
+    { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
+  "$root/tools/check-spills.sh" "$out/build.log" || status=1
+fi
 
 if [ "$mode" != "--bench" ]; then
 echo "== tests"
-(cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/tests.log" 2>&1 || status=1
-summary=$(grep -E "tests passed|tests failed out of" "$out/tests.log" | tail -1)
-grep -E "Failed|\*\*\*" "$out/tests.log" | tail -30
-grep -h "\[smoke\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -2
+if [ -n "$prebuilt" ]; then
+  # gtest's own sharding: every test runs in exactly one of the processes, which share the GPU.
+  shards=${FLASH4_TEST_SHARDS:-8}
+  pids=()
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$gpu_tests" >"$out/tests-shard$i.log" 2>&1 & pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  cat "$out"/tests-shard*.log >"$out/tests.log" && rm -f "$out"/tests-shard*.log
+  passed=$(awk '/^\[  PASSED  \]/{s += $4} END {print s + 0}' "$out/tests.log")
+  failed=$(grep -c '^\[  FAILED  \] .*(' "$out/tests.log")
+  skipped=$(grep -c '^\[  SKIPPED \] .*(' "$out/tests.log")
+  summary="GPU tests in $shards shards: $passed passed, $failed failed, $skipped skipped"
+  grep '^\[  FAILED  \] .*(' "$out/tests.log" | head -30
+else
+  (cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/tests.log" 2>&1 || status=1
+  summary=$(grep -E "tests passed|tests failed out of" "$out/tests.log" | tail -1)
+  grep -E "Failed|\*\*\*" "$out/tests.log" | tail -30
+  grep -h "\[smoke\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -2
+fi
 echo "$summary"
 
 # One small case of every built kernel (forward and backward at Sq=113, Sk=203, causal), the softcap
@@ -48,7 +78,7 @@ filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203
 if [ -x "$sanitizer" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
-    "$sanitizer" --tool "$tool" --error-exitcode 99 "$build/tests/flash4_gpu_tests" --gtest_filter="$filter" \
+    "$sanitizer" --tool "$tool" --error-exitcode 99 "$gpu_tests" --gtest_filter="$filter" \
       >>"$out/tests.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
@@ -65,21 +95,21 @@ if [ "$mode" = "--quick" ]; then exit $status; fi
 
 echo "== bench"
 mkdir -p "$raw" && rm -f "$raw"/*.jsonl
-dims=${FLASH4_BENCH_DIMS:-64,128,256}
-bwd_dims=${FLASH4_BENCH_BWD_DIMS:-64,128}
+dims=${FLASH4_BENCH_DIMS-64,128,256}
+bwd_dims=${FLASH4_BENCH_BWD_DIMS-64,128}
 : >"$out/bench.log"
 for d in ${dims//,/ }; do
-  "$build/flash4-bench" --all --json --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$out/bench.log" || status=1
+  "$bench_bin" --all --json --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$out/bench.log" || status=1
 done
 for d in ${bwd_dims//,/ }; do
-  "$build/flash4-bench" --all --json --mode bwd --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$out/bench.log"
+  "$bench_bin" --all --json --mode bwd --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$out/bench.log"
   rc=$?
   # Exit status 2 (NOT_IMPLEMENTED) is kept for libraries without a backward; the current one never answers it.
   if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$out/bench.log"
   elif [ $rc -ne 0 ]; then status=1; fi
 done
 echo "== peers" >>"$out/bench.log"
-python3 "$root/bench/peers.py" --dims "$dims" --modes fwd >"$raw/peers-fwd.jsonl" 2>>"$out/bench.log" || status=1
+[ -z "$dims" ] || python3 "$root/bench/peers.py" --dims "$dims" --modes fwd >"$raw/peers-fwd.jsonl" 2>>"$out/bench.log" || status=1
 python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
 python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
@@ -87,7 +117,7 @@ python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software" \
   >"$raw/table.txt" 2>>"$out/bench.log" || status=1
 
-if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ]; then
+if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ] && [ -z "$prebuilt" ]; then
   echo "== python"
   bash "$root/tools/gpu-python.sh" "$out" "$build" || status=1
 fi

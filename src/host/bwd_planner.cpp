@@ -26,8 +26,6 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   plan.num_tiles = plan.n_blocks_max * params.batch * params.heads_kv;
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;
-  plan.uniform_tiles = !varlen && plan.window_left < 0 && plan.window_right < 0;
-  plan.longest_query_rows = rows_q;
 
   const BwdWorkspaceRows rows{plan.tile.block_m, params.seqlen_q, varlen};
   plan.rows_per_head = rows.rows_per_head(params.batch, params.total_q);
@@ -56,7 +54,6 @@ bool bwd_persistent_grid() {
 
 int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap) {
   if (!bwd_persistent_grid() || !bwd_persistent_kernel(plan.tile.head_dim, softcap)) return plan.num_tiles;
-  if (!plan.uniform_tiles && plan.longest_query_rows > kBwdPersistentMaskedRowsMax) return plan.num_tiles;
   const int cluster = plan.tile.cluster_ctas;
   const int resident = std::max(cluster, sm_count / cluster * cluster);
   return std::min(plan.num_tiles, resident);

@@ -26,8 +26,6 @@ struct BwdPlan {
   int m_blocks_max = 0;  // query blocks of the longest sequence
   int n_blocks_max = 0;  // key blocks of the longest sequence (rounded up to whole clusters)
   int num_tiles = 0;     // one per (key block, sequence, kv head)
-  bool uniform_tiles = false;  // every tile runs the same steps: fixed length, no causal mask or window
-  int longest_query_rows = 0;  // seqlen_q, or max_seqlen_q in varlen mode
   long long rows_per_head = 0;
   int dq_copies = 1;     // of the dQ accumulator: bwd_dq_copies (more than one only in deterministic mode)
   int window_left = -1;  // effective window after folding causal in
@@ -38,25 +36,17 @@ struct BwdPlan {
 BwdPlan plan_backward(const flash4_bwd_params& params);
 
 // The grid. Persistent: min(tiles, the CTAs that fit at once), one CTA per SM (the kernel's shared memory
-// allows no second), a whole number of clusters; the CTAs claim the tiles in order (kernel.cuh). Used for
-// uniform tiles, and for tiles of different lengths (causal, window, varlen) up to
-// kBwdPersistentMaskedRowsMax query rows; longer masked problems get one CTA per tile (the kernel then
-// runs one tile per CTA), as do the kernels that are not persistent (bwd_persistent_kernel) and a
-// FLASH4_BWD_PERSISTENT=OFF build (for A/B runs). The launcher may lower the grid further for paired CTAs
-// (clusters a GPC cannot host).
+// allows no second), a whole number of clusters; the CTAs claim the tiles in order (kernel.cuh), so tiles
+// of different lengths (causal, window, varlen) balance across them. One CTA per tile for the kernels
+// that are not persistent (bwd_persistent_kernel) and in a FLASH4_BWD_PERSISTENT=OFF build (for A/B
+// runs). The launcher may lower the grid further for paired CTAs (clusters a GPC cannot host).
 //
-// Why the limit (H200, bf16, causal, one run: bench/results/h200-2026-12-03-bwd-persistent-ab.md), the
-// persistent grid against one CTA per tile: 512 tokens +7.7% at D = 64 (139.8 vs 129.8 TFLOPS) and +3.5%
-// at D = 128, 1K +5.3% / +0.7%, 2K +2.5% / -1.5%, 4K -1.3% / -12.5%, 16K -3.2% at D = 64. Short tiles gain
-// from sharing one CTA start and end among several. Why long ones lose is not measured; the suspect is
-// the early claim: that scheduler claimed two tiles ahead of the one running, so the last long tiles could
-// wait behind busy CTAs while other SMs idled. It now claims one ahead (FLASH4_BWD_LATE_CLAIM: later
-// still); neither has been measured, so the limit stands until tools/gpu-ab.sh grid says otherwise.
-// CMake FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX moves the limit for A/B runs (tools/gpu-ab.sh grid).
-#ifndef FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX
-#define FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX 1024
-#endif
-inline constexpr int kBwdPersistentMaskedRowsMax = FLASH4_BWD_PERSISTENT_MASKED_ROWS_MAX;
+// H200, bf16, tokens 16K = B x N, one run of 6451bbf with two repeats (tools/gpu-ab.sh grid): with the
+// late claim (bwd_tile_handout.hpp) the persistent grid is within -1.2% .. +0.5% of the best other
+// variant non-causal and ahead causal, +1% to +4% over the former policy (persistent only up to 1K
+// masked rows, early claim) from 2K to 16K tokens (D = 128 16K causal 468.9 vs 450.7 TFLOPS, D = 64
+// 458.5 vs 447.6). With the early claim, long causal problems had lost on it (D = 128 4K: -12.5% in an
+// earlier run against one CTA per tile).
 int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap);
 bool bwd_persistent_grid();  // false in a FLASH4_BWD_PERSISTENT=OFF build
 

@@ -86,11 +86,10 @@ TEST(BwdPlanner, PersistentGridIsTheSmallerOfTilesAndSms) {
   }
 }
 
-// Tiles of different lengths (causal, window, varlen) get the persistent grid only up to
-// kBwdPersistentMaskedRowsMax query rows; uniform tiles at any length.
-TEST(BwdPlanner, MaskedProblemsArePersistentOnlyWhenShort) {
+// Every problem gets the persistent grid, whatever its tiles' lengths (causal, window, varlen, fixed).
+TEST(BwdPlanner, EveryProblemGetsThePersistentGrid) {
   constexpr int kSms = 132;
-  for (int seqlen : {512, kBwdPersistentMaskedRowsMax, kBwdPersistentMaskedRowsMax + 1, 16384}) {
+  for (int seqlen : {512, 1024, 1025, 16384}) {
     flash4_bwd_params causal = fixed_length(4, seqlen, seqlen, 8, 2, 128);
     causal.causal = 1;
     flash4_bwd_params window = fixed_length(4, seqlen, seqlen, 8, 2, 128);
@@ -102,17 +101,11 @@ TEST(BwdPlanner, MaskedProblemsArePersistentOnlyWhenShort) {
     varlen.max_seqlen_k = seqlen;
     varlen.total_q = 2 * seqlen;
     varlen.total_k = 2 * seqlen;
-    for (const flash4_bwd_params& p : {causal, window, varlen}) {
+    for (const flash4_bwd_params& p : {causal, window, varlen, fixed_length(4, seqlen, seqlen, 8, 2, 128)}) {
       const BwdPlan plan = plan_backward(p);
-      EXPECT_FALSE(plan.uniform_tiles);
-      const bool persistent = bwd_persistent_grid() && seqlen <= kBwdPersistentMaskedRowsMax;
-      EXPECT_EQ(bwd_grid_ctas(plan, kSms, false), persistent ? std::min(plan.num_tiles, kSms) : plan.num_tiles)
-          << seqlen;
+      EXPECT_EQ(bwd_grid_ctas(plan, kSms, false),
+                bwd_persistent_grid() ? std::min(plan.num_tiles, kSms) : plan.num_tiles) << seqlen;
     }
-    const BwdPlan uniform = plan_backward(fixed_length(4, seqlen, seqlen, 8, 2, 128));
-    EXPECT_TRUE(uniform.uniform_tiles);
-    EXPECT_EQ(bwd_grid_ctas(uniform, kSms, false),
-              bwd_persistent_grid() ? std::min(uniform.num_tiles, kSms) : uniform.num_tiles) << seqlen;
   }
 }
 

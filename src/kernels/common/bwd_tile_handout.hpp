@@ -11,12 +11,15 @@
 
 namespace flash4 {
 
-// CMake FLASH4_BWD_LATE_CLAIM: the scheduler claims the CTA's tile number n + 1 only once the loader has
-// issued tile n's loads (tile_loaded), about two steps before the consumers finish it, instead of as
-// the readers start tile n. A claim made well ahead is the suspect in the persistent grid's loss on long
-// causal problems (bwd_planner.hpp); this is the experiment, A/B by tools/gpu-ab.sh grid.
+// CMake FLASH4_BWD_LATE_CLAIM (default ON): the scheduler claims the CTA's tile number n + 1 only once the
+// loader has issued tile n's loads (tile_loaded), a few steps before the consumers finish it. OFF claims
+// it as the readers start tile n. An early claim takes a tile away from the CTAs that start later: with
+// more tiles than resident CTAs, a CTA may then hold two tiles while SMs idle at the end, and in
+// deterministic mode a tile's successors in the dQ turns wait for it to start behind a whole other tile
+// (H200, bf16, 16K, one run of 6451bbf: deterministic causal at 251 / 300 TFLOPS against 452 / 477
+// without; the late claim's figures are in bwd_planner.hpp).
 #ifndef FLASH4_BWD_LATE_CLAIM_ENABLED
-#define FLASH4_BWD_LATE_CLAIM_ENABLED 0
+#define FLASH4_BWD_LATE_CLAIM_ENABLED 1
 #endif
 inline constexpr bool kBwdLateClaim = FLASH4_BWD_LATE_CLAIM_ENABLED != 0;
 

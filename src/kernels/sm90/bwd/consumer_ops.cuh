@@ -51,9 +51,10 @@ struct BwdConsumerOps {
 
   // The warp is done with a stage (its wgmmas waited for, its LSE / D loads consumed); paired, the
   // stage's barrier in both CTAs hears it, since either CTA's next multicast overwrites the stage in both.
+  // One arrive per warp unless kBwdReleasePerThread (pipeline.cuh).
   __device__ __forceinline__ static void release(uint64_t* barrier) {
-    __syncwarp();
-    if (lane() == 0) {
+    if constexpr (!kBwdReleasePerThread) __syncwarp();
+    if (kBwdReleasePerThread || lane() == 0) {
       if constexpr (cfg().cluster_ctas == 1) {
         mbarrier_arrive(barrier);
       } else {

@@ -35,7 +35,8 @@ inline constexpr int kBwdConsumerRegisters = 240;
 // their pair, stride by the grid instead (the grid is a whole number of clusters and n_blocks_max is even,
 // so rank = blockIdx.x % 2 keeps its key block's parity). A scheduler thread (warp kBwdSchedulerWarp)
 // claims and resolves the CTA's tile number i into slot i % 2 once the readers are done with tile i - 2
-// (they have started tile i - 1: a claim one tile ahead), and arrives on tile_published; every other role
+// and (kBwdLateClaim, the default) the loader has issued tile i - 1's loads, so the next tile's K / V
+// loads overlap the current tile's last steps; it then arrives on tile_published. Every other role
 // reads the slot and arrives on tile_free when done with it. The slots are in shared memory: a copy in
 // registers would take the consumers' scarce ones, and resolving in the loader's or the consumers' own
 // threads spilled.
@@ -81,7 +82,8 @@ __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots
   int kv_loads = 0;
   for (int number = 0;; ++number) {
     const int slot = BwdTileHandout::slot(number);
-    // Claimed only once the slot is free (the readers have started the previous tile): one tile ahead.
+    // Claimed only once the slot is free (the readers have started the previous tile) and, with the late
+    // claim, the previous tile's loads are issued.
     if (BwdTileHandout::reuses_slot(number)) mbarrier_wait(&bars->tile_free[slot], BwdTileHandout::free_parity(number));
     if constexpr (kBwdLateClaim) {
       if (number > 0) mbarrier_wait(&bars->tile_loaded, BwdTileHandout::loaded_parity(number - 1));
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     mbarrier_init(&bars->kv_empty, kBwdConsumerThreads);
     for (int stage = 0; stage < kCfg.stages; ++stage) {
       mbarrier_init(&bars->stage_full[stage], 1);
-      mbarrier_init(&bars->stage_empty[stage], kCfg.consumer_warpgroups * 4 * kCfg.cluster_ctas);
+      mbarrier_init(&bars->stage_empty[stage], kBwdStageReleaseArrivals * kCfg.cluster_ctas);
     }
     mbarrier_init(&bars->partner_dq_full, 1);
     mbarrier_init(&bars->partner_dq_taken, 1);

@@ -15,7 +15,7 @@ struct BwdBarriers {
   uint64_t kv_full;
   uint64_t kv_empty;  // one arrival per consumer thread: the tile's K / V may be overwritten by the next tile's
   uint64_t stage_full[kStages];
-  uint64_t stage_empty[kStages];  // one arrival per consumer warp (paired: of both CTAs)
+  uint64_t stage_empty[kStages];  // kBwdStageReleaseArrivals from each CTA (paired: both CTAs)
   // Paired CTAs (dq_writer.cuh): in rank 0, the partner's dQ partial has arrived in the partner buffer;
   // in rank 1, rank 0 has taken it, so the staging buffer is free again.
   uint64_t partner_dq_full;
@@ -47,6 +47,17 @@ enum class BwdBarrierId : int {
   kDqFullOdd = 8,   // kDqFull of odd steps when two writer warps alternate
 };
 inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
+
+// CMake FLASH4_BWD_RELEASE_PER_THREAD: every consumer thread arrives on stage_empty, not one lane per warp
+// after __syncwarp. Both are ordered in the PTX memory model, but compute-sanitizer racecheck follows only
+// the per-thread form: with the warp-level arrive it reports the loader's LSE / D bulk copies into a reused
+// stage against the consumers' reads of its previous use (docs/design.md, "racecheck").
+#ifndef FLASH4_BWD_RELEASE_PER_THREAD_ENABLED
+#define FLASH4_BWD_RELEASE_PER_THREAD_ENABLED 0
+#endif
+inline constexpr bool kBwdReleasePerThread = FLASH4_BWD_RELEASE_PER_THREAD_ENABLED != 0;
+// Arrivals that complete one CTA's stage_empty phase, from one CTA's consumers.
+inline constexpr int kBwdStageReleaseArrivals = kBwdReleasePerThread ? kBwdConsumerThreads : kBwdConsumerThreads / 32;
 inline constexpr int kBwdDqHandoffThreads = kBwdConsumerThreads + 32;  // the consumers plus one writer warp
 // The producer warpgroup's warps: warp 0 issues the loads, warps from kBwdDqWriterWarp write dQ (see
 // bwd_dq_writer_warps), warp 3 hands out the tiles (kernel.cuh), the rest idle.
