@@ -51,7 +51,7 @@ struct BwdConsumerOps {
 
   // The warp is done with a stage (its wgmmas waited for, its LSE / D loads consumed); paired, the
   // stage's barrier in both CTAs hears it, since either CTA's next multicast overwrites the stage in both.
-  // One arrive per warp unless kBwdReleasePerThread (pipeline.cuh).
+  // One arrive per thread, or per warp in a FLASH4_BWD_RELEASE_PER_THREAD=OFF build (pipeline.cuh).
   __device__ __forceinline__ static void release(uint64_t* barrier) {
     if constexpr (!kBwdReleasePerThread) __syncwarp();
     if (kBwdReleasePerThread || lane() == 0) {

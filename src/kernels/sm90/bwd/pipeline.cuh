@@ -48,12 +48,14 @@ enum class BwdBarrierId : int {
 };
 inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
 
-// CMake FLASH4_BWD_RELEASE_PER_THREAD: every consumer thread arrives on stage_empty, not one lane per warp
-// after __syncwarp. Both are ordered in the PTX memory model, but compute-sanitizer racecheck follows only
-// the per-thread form: with the warp-level arrive it reports the loader's LSE / D bulk copies into a reused
-// stage against the consumers' reads of its previous use (docs/design.md, "racecheck").
+// CMake FLASH4_BWD_RELEASE_PER_THREAD (default ON): every consumer thread arrives on stage_empty; OFF, one
+// lane per warp arrives after __syncwarp. Both are ordered in the PTX memory model, but compute-sanitizer
+// racecheck follows only the per-thread form: with the warp-level arrive it reports the loader's LSE / D
+// bulk copies into a reused stage against the consumers' reads of its previous use. Per thread against
+// per warp (H200, bf16, 512..16K tokens, two repeats each, bench/results/h200-2026-12-03-bwd-release-ab-
+// de89079.json): geometric mean +0.2%; D = 64 causal -0.1% to -2.1%, D = 128 -0.8% to +5.3%.
 #ifndef FLASH4_BWD_RELEASE_PER_THREAD_ENABLED
-#define FLASH4_BWD_RELEASE_PER_THREAD_ENABLED 0
+#define FLASH4_BWD_RELEASE_PER_THREAD_ENABLED 1
 #endif
 inline constexpr bool kBwdReleasePerThread = FLASH4_BWD_RELEASE_PER_THREAD_ENABLED != 0;
 // Arrivals that complete one CTA's stage_empty phase, from one CTA's consumers.
