@@ -12,11 +12,11 @@
 #   grid:          the backward's persistent grid with the late claim (the default) against one CTA per
 #                  tile (FLASH4_BWD_PERSISTENT=OFF) and the early claim (FLASH4_BWD_LATE_CLAIM=OFF),
 #                  over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N);
-#   release:       the backward's stage release per warp (the default) against per thread
-#                  (FLASH4_BWD_RELEASE_PER_THREAD, which racecheck follows), over the same sweep.
+#   release:       the backward's stage release per thread (the default, which racecheck follows)
+#                  against per warp (FLASH4_BWD_RELEASE_PER_THREAD=OFF), over the same sweep.
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
 # elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta;
-# policy, one_cta_per_tile, early_claim; policy, release_per_thread).
+# policy, one_cta_per_tile, early_claim; policy, release_per_warp).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -30,7 +30,7 @@ elif [ "$mode" = grid ] || [ "$mode" = release ]; then
   if [ "$mode" = grid ]; then
     declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
   else
-    declare -A variants=([policy]="" [release_per_thread]="-DFLASH4_BWD_RELEASE_PER_THREAD=ON")
+    declare -A variants=([policy]="" [release_per_warp]="-DFLASH4_BWD_RELEASE_PER_THREAD=OFF")
   fi
   timings=("--mode bwd")
   seqlens="512 1024 2048 4096 8192 16384"  # flash4-bench --all's lengths

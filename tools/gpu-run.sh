@@ -3,10 +3,10 @@
 # of every kernel, then benchmark flash4 and its peers, forward and backward, in the
 # same run. Writes few files into the folder given as $1 (default $OUT, else ./gpu-out), since the device returns at most 8:
 #   build.log   device, configure, build, spill check
-#   tests.log   ctest, then compute-sanitizer memcheck and racecheck
+#   tests.log   ctest (with FLASH4_PREBUILT: the GPU test shards), then compute-sanitizer memcheck and racecheck
 #   bench.log   the benchmarks' stderr and notes
 #   bench.json  every benchmark row (tools/merge_bench.py)
-# plus whatever tools/gpu-python.sh writes, when it exists. Prints ctest's summary and a short TFLOPS table last.
+# plus whatever tools/gpu-python.sh writes, when it exists. Prints the tests' summary and a short TFLOPS table last.
 #   tools/gpu-run.sh [OUT_DIR] [--quick|--bench]   --quick: build and tests only; --bench: build (a no-op
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
@@ -29,7 +29,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 
 prebuilt=${FLASH4_PREBUILT:-}
 if [ -n "$prebuilt" ]; then
-  prebuilt=$(cd "$prebuilt" && pwd)
+  prebuilt=$(cd "$prebuilt" && pwd) || { echo "FLASH4_PREBUILT: no folder $FLASH4_PREBUILT"; exit 1; }
+  for binary in flash4-bench flash4_gpu_tests libflash4.so.0; do
+    [ -f "$prebuilt/$binary" ] || { echo "FLASH4_PREBUILT: $prebuilt has no $binary"; exit 1; }
+  done
+  # The results file names the commit; the device's checkout need not be the one the binaries came from.
+  [ -n "${FLASH4_COMMIT:-}" ] || { echo "FLASH4_PREBUILT needs FLASH4_COMMIT (the binaries' commit)"; exit 1; }
   export LD_LIBRARY_PATH="$prebuilt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   bench_bin=$prebuilt/flash4-bench
   gpu_tests=$prebuilt/flash4_gpu_tests
@@ -54,12 +59,21 @@ if [ -n "$prebuilt" ]; then
   for ((i = 0; i < shards; ++i)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$gpu_tests" >"$out/tests-shard$i.log" 2>&1 & pids+=($!)
   done
-  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  # A shard that crashes prints no FAILED line: name it in the summary.
+  crashed=""
+  for ((i = 0; i < shards; ++i)); do
+    wait "${pids[$i]}"
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      status=1
+      grep -q '^\[  FAILED  \] .*(' "$out/tests-shard$i.log" || crashed="$crashed $i (exit $rc)"
+    fi
+  done
   cat "$out"/tests-shard*.log >"$out/tests.log" && rm -f "$out"/tests-shard*.log
   passed=$(awk '/^\[  PASSED  \]/{s += $4} END {print s + 0}' "$out/tests.log")
   failed=$(grep -c '^\[  FAILED  \] .*(' "$out/tests.log")
   skipped=$(grep -c '^\[  SKIPPED \] .*(' "$out/tests.log")
-  summary="GPU tests in $shards shards: $passed passed, $failed failed, $skipped skipped"
+  summary="GPU tests in $shards shards: $passed passed, $failed failed, $skipped skipped${crashed:+; shards that exited without a FAILED line:$crashed}"
   grep '^\[  FAILED  \] .*(' "$out/tests.log" | head -30
 else
   (cd "$build" && ctest -j "$(nproc)" --output-on-failure --timeout 600) >"$out/tests.log" 2>&1 || status=1
@@ -110,7 +124,7 @@ for d in ${bwd_dims//,/ }; do
 done
 echo "== peers" >>"$out/bench.log"
 [ -z "$dims" ] || python3 "$root/bench/peers.py" --dims "$dims" --modes fwd >"$raw/peers-fwd.jsonl" 2>>"$out/bench.log" || status=1
-python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
+[ -z "$bwd_dims" ] || python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
 python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --commit "${FLASH4_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
@@ -123,6 +137,6 @@ if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ] && [ -z 
 fi
 
 echo "== summary"
-[ "$mode" = "--bench" ] || echo "ctest: $summary"
+[ "$mode" = "--bench" ] || echo "tests: $summary"
 cat "$raw/table.txt"
 exit $status

@@ -64,7 +64,8 @@ struct BwdProducer {
         mbarrier_wait(&bars->stage_empty[ring.stage], ring.phase ^ 1);
         uint64_t* full = &bars->stage_full[ring.stage];
         // Paired, the whole stage still lands here (half of it from the partner); the stage is free in
-        // both CTAs once stage_empty completes, since every consumer warp of the pair arrives on both.
+        // both CTAs once stage_empty completes, since every consumer thread (or warp, with
+        // FLASH4_BWD_RELEASE_PER_THREAD=OFF) of the pair arrives on both.
         mbarrier_arrive_expect_bytes(full, kCfg.stage_bytes());
         const bool loads_q = !kPaired || work.pair_rank == 0;
         const bool loads_do = !kPaired || work.pair_rank == 1;
