@@ -23,10 +23,12 @@ mode=${2:-fwd}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 seqlens="16384"
+sweep=0  # grid and release: the backward over flash4-bench --all's sweep
+{ [ "$mode" = grid ] || [ "$mode" = release ]; } && sweep=1
 if [ "$mode" = bwd ]; then
   declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
   timings=("--mode bwd" "--mode bwd --deterministic")
-elif [ "$mode" = grid ] || [ "$mode" = release ]; then
+elif [ $sweep = 1 ]; then
   if [ "$mode" = grid ]; then
     declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
   else
@@ -50,7 +52,7 @@ for variant in "${!variants[@]}"; do
       { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   fi
   tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=REPEAT))) for l in sys.stdin if l.startswith('{')]"
-  if [ "$mode" = grid ] || [ "$mode" = release ]; then  # the whole sweep in one process per repeat: a process per shape overran 600 s
+  if [ $sweep = 1 ]; then  # the whole sweep in one process per repeat: a process per shape overran 600 s
     for repeat in 1 2; do
       LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 |
         python3 -c "${tag/REPEAT/$repeat}" >>"$out/ab.jsonl"
@@ -84,7 +86,7 @@ if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
   cat "$out/ab-ncu.txt"
 fi
 peer_mode=$mode
-{ [ "$mode" = grid ] || [ "$mode" = release ]; } && peer_mode=bwd
+[ $sweep = 1 ] && peer_mode=bwd
 python3 "$root/bench/peers.py" --dims 64,128 --seqlens "${seqlens// /,}" --modes "$peer_mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
