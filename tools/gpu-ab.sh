@@ -13,10 +13,14 @@
 #                  tile (FLASH4_BWD_PERSISTENT=OFF) and the early claim (FLASH4_BWD_LATE_CLAIM=OFF),
 #                  over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N);
 #   release:       the backward's stage release per thread (the default, which racecheck follows)
-#                  against per warp (FLASH4_BWD_RELEASE_PER_THREAD=OFF), over the same sweep.
-# FLASH4_AB_NCU=0 skips the Nsight Compute counts. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built
-# elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta;
-# policy, one_cta_per_tile, early_claim; policy, release_per_warp).
+#                  against per warp (FLASH4_BWD_RELEASE_PER_THREAD=OFF), over the same sweep;
+#   change:        two libraries built elsewhere, base and change (FLASH4_AB_BIN_DIR is required), over
+#                  the same sweep: a change's effect against the commit before it.
+# The sweep modes alternate the variants within each repeat, so that both see the GPU in the same state.
+# FLASH4_AB_NCU=0 skips the Nsight Compute counts, FLASH4_AB_PEERS=0 the peers. FLASH4_AB_BIN_DIR=DIR skips
+# the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built elsewhere (variants: all_on,
+# no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta; policy, one_cta_per_tile, early_claim;
+# policy, release_per_warp; base, change).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -24,13 +28,19 @@ mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 seqlens="16384"
 sweep=0  # grid and release: the backward over flash4-bench --all's sweep
-{ [ "$mode" = grid ] || [ "$mode" = release ]; } && sweep=1
+{ [ "$mode" = grid ] || [ "$mode" = release ] || [ "$mode" = change ]; } && sweep=1
+if [ "$mode" = change ] && [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
+  echo "gpu-ab.sh change: set FLASH4_AB_BIN_DIR (DIR/base and DIR/change, each a flash4-bench and its library)"
+  exit 1
+fi
 if [ "$mode" = bwd ]; then
   declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
   timings=("--mode bwd" "--mode bwd --deterministic")
 elif [ $sweep = 1 ]; then
   if [ "$mode" = grid ]; then
     declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
+  elif [ "$mode" = change ]; then
+    declare -A variants=([base]="" [change]="")
   else
     declare -A variants=([policy]="" [release_per_warp]="-DFLASH4_BWD_RELEASE_PER_THREAD=OFF")
   fi
@@ -51,14 +61,8 @@ for variant in "${!variants[@]}"; do
       cmake --build "$build" -j "$(nproc)" --target flash4-bench >"$out/ab-build-$variant.log" 2>&1; } ||
       { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   fi
+  [ $sweep = 1 ] && continue  # timed below, the variants alternating
   tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=REPEAT))) for l in sys.stdin if l.startswith('{')]"
-  if [ $sweep = 1 ]; then  # the whole sweep in one process per repeat: a process per shape overran 600 s
-    for repeat in 1 2; do
-      LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 |
-        python3 -c "${tag/REPEAT/$repeat}" >>"$out/ab.jsonl"
-    done
-    continue
-  fi
   for d in 64 128; do
     for causal in 0 1; do
       for timing in "${timings[@]}"; do
@@ -71,6 +75,16 @@ for variant in "${!variants[@]}"; do
     done
   done
 done
+if [ $sweep = 1 ]; then  # the whole sweep in one process per variant and repeat: a process per shape overran 600 s
+  for repeat in 1 2; do
+    for variant in "${!variants[@]}"; do
+      build=$(bench_dir "$variant")
+      [ -x "$build/flash4-bench" ] || continue  # its build failed (reported above)
+      tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]"
+      LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 | python3 -c "$tag" >>"$out/ab.jsonl"
+    done
+  done
+fi
 if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   metrics=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
@@ -87,7 +101,10 @@ if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
 fi
 peer_mode=$mode
 [ $sweep = 1 ] && peer_mode=bwd
-python3 "$root/bench/peers.py" --dims 64,128 --seqlens "${seqlens// /,}" --modes "$peer_mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
+: >"$out/ab-peers.jsonl"
+if [ "${FLASH4_AB_PEERS:-1}" != 0 ]; then
+  python3 "$root/bench/peers.py" --dims 64,128 --seqlens "${seqlens// /,}" --modes "$peer_mode" >"$out/ab-peers.jsonl" 2>"$out/ab-peers.err"
+fi
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
   --software "$(nvcc --version | tail -1)" --note "A/B ($mode): flash4 rows carry 'variant' and 'repeat'" >/dev/null

@@ -1,5 +1,5 @@
-// Implements the backward half of host/forward.hpp: plan, check the workspace, zero its accumulators,
-// encode the TMA maps, launch preprocess / main / postprocess on the caller's stream.
+// Implements the backward half of host/forward.hpp: plan, check the workspace, zero the deterministic
+// mode's semaphores, encode the TMA maps, launch preprocess / main / postprocess on the caller's stream.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -138,8 +138,9 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.deterministic = p.deterministic;
 
   const cudaStream_t cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaError_t status = cudaMemsetAsync(workspace + plan.workspace.dq_accum, 0, plan.workspace.dq_accum_bytes, cuda_stream);
-  if (status == cudaSuccess && p.deterministic) {
+  // The preprocess zeroes the dQ accumulator rows it covers (kernels/sm90/bwd/prepost.cuh).
+  cudaError_t status = cudaSuccess;
+  if (p.deterministic) {
     status = cudaMemsetAsync(workspace + plan.workspace.semaphores, 0, plan.workspace.semaphore_bytes, cuda_stream);
   }
   if (status == cudaSuccess) status = launch(kp, bwd_grid_ctas(plan, device.sm_count, kp.has_softcap != 0), cuda_stream);

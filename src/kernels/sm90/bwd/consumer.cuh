@@ -124,10 +124,22 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
                          kBwdDqHandoffThreads);
   }
 
+  // dK and dV of the warpgroup's keys, staged through its own rows of the dS^T buffer that the next step
+  // writes (Ops::store_key_rows_staged): the last step's products read the other buffer; this one was last
+  // read by the step before, whose dQ products both warpgroups completed before passing the last step's
+  // kDsReady barrier, and the next step's writes into these rows are this warpgroup's own, after these
+  // reads. Paired there is one dS^T buffer, which the partner warpgroup's last dQ may still read: the
+  // stores go straight from registers.
   __device__ __forceinline__ void store_gradients(const BwdKernelParams& p, const BwdTileWork& work, const Gradient& dk,
                                                   const Gradient& dv) const {
-    Ops::store_key_rows(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale);
-    Ops::store_key_rows(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f);
+    if constexpr (kCfg.ds_buffers() == kCfg.stages) {
+      char* staging = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers()) + warpgroup * kKeys * kCfg.swizzle_bytes;
+      Ops::store_key_rows_staged(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale, staging);
+      Ops::store_key_rows_staged(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f, staging);
+    } else {
+      Ops::store_key_rows(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale);
+      Ops::store_key_rows(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f);
+    }
   }
 
   // After the last tile: the writers hand the staging buffer back after every step, so the consumers take

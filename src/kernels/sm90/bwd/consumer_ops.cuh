@@ -203,6 +203,67 @@ struct BwdConsumerOps {
     }
   }
 
+  // store_key_rows (below) through shared memory: `staging` is 64 rows of kSwizzle bytes (one 64-column
+  // box) that no other warp reads or writes meanwhile, each warp using the 16 rows of its own fragments. Per 64-column
+  // chunk, stmatrix puts the warp's packed pairs there (16-byte units XOR-swizzled by row, so the eight rows
+  // of a matrix fall in distinct banks) and every lane reads back 16 consecutive bytes of a row: each
+  // global store instruction then writes four whole 128-byte rows of the chunk, where the direct stores
+  // write 16 bytes of each of 8 rows and take four times as many instructions (at 512 tokens, D = 128
+  // causal, those stores and the loads queued behind them held a fifth of the consumers' stall samples).
+  __device__ __forceinline__ static void store_key_rows_staged(void* base, const TensorStrides& strides,
+                                                               const BwdKernelParams& p, const BwdTileWork& work,
+                                                               int key_row0, const Gradient& acc, float scale,
+                                                               char* staging) {
+    constexpr int kRowBytes = kSwizzle;
+    constexpr int kUnitsPerRow = kRowBytes / 16;            // 16-byte units of a staged row
+    constexpr int kWarpRows = 16;                           // a warp's accumulator rows
+    constexpr int kBlocksPerChunk = kCfg.box_cols() / 8;    // 8-column fragment blocks of a chunk
+    constexpr int kBlocks = kHeadDim / 8;
+    constexpr int kChunks = (kBlocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
+    constexpr int kReadRounds = kWarpRows * kUnitsPerRow / 32;
+    static_assert(kBlocks % 2 == 0, "stmatrix.x4 takes two fragment blocks");
+    // The thread index made opaque here: otherwise the compiler computes the addresses below from it before
+    // the tile's loop and keeps them live across it, where the D = 128 consumers have no registers left.
+    uint32_t thread = threadIdx.x;
+    asm volatile("" : "+r"(thread));
+    const int lane = int(thread % 32);
+    const int warp = int(thread / 32 % 4);
+    const uint32_t warp_rows = smem_address(staging) + warp * kWarpRows * kRowBytes;
+    // stmatrix: lane l addresses row l % 8 of matrix l / 8 = (row half (l / 8) % 2, block pair member l / 16).
+    const int store_row = 8 * (lane / 8 % 2) + lane % 8;
+    const uint32_t store_address = warp_rows + store_row * kRowBytes + ((lane / 16) ^ (store_row % 8)) * 16;
+    const int64_t batch = p.cu_seqlens_q ? 0 : int64_t(work.batch) * strides.batch;
+    Element* head = static_cast<Element*>(base) + batch + int64_t(work.head_kv) * strides.head;
+    const int first_key = work.n0 + key_row0 + warp * kWarpRows;
+#pragma unroll
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      const int first_block = chunk * kBlocksPerChunk;
+      const int blocks = kBlocks - first_block < kBlocksPerChunk ? kBlocks - first_block : kBlocksPerChunk;
+#pragma unroll
+      for (int b = 0; b < blocks; b += 2) {
+        const int k = first_block + b;
+        const auto packed = [&](int block, int half) {
+          return pack_pair<kIsBf16>(acc[4 * block + 2 * half] * scale, acc[4 * block + 2 * half + 1] * scale);
+        };
+        // The pair's units are b and b + 1 of the row: XOR-ing the even b into the lane's address moves it.
+        store_matrix_x4(store_address ^ uint32_t(b * 16), packed(k, 0), packed(k, 1), packed(k + 1, 0), packed(k + 1, 1));
+      }
+      __syncwarp();
+#pragma unroll
+      for (int round = 0; round < kReadRounds; ++round) {
+        const int row = round * (32 / kUnitsPerRow) + lane / kUnitsPerRow;
+        const int unit = lane % kUnitsPerRow;
+        const int key = first_key + row;
+        if (unit < blocks && key < work.seqlen_k) {
+          const uint4 value = load_shared_u128(warp_rows + row * kRowBytes + (unit ^ (row % 8)) * 16);
+          Element* out = head + (int64_t(work.k_row_base) + key) * strides.seq + (first_block + unit) * 8;
+          *reinterpret_cast<uint4*>(out) = value;
+        }
+      }
+      __syncwarp();  // the next chunk overwrites these rows
+    }
+  }
+
   // One 64 x head_dim accumulator (dK or dV) times `scale` into the rows of the keys from key_row0 of the
   // CTA's block; rows past the sequence are not written.
   __device__ __forceinline__ static void store_key_rows(void* base, const TensorStrides& strides, const BwdKernelParams& p,

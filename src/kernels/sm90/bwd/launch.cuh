@@ -1,5 +1,6 @@
-// Host-side launch of one backward instantiation: preprocess, main kernel, postprocess, in that order on
-// the caller's stream. The host has zeroed the dQ accumulator (and the semaphores) before.
+// Host-side launch of one backward instantiation: preprocess (which zeroes the dQ accumulator), main
+// kernel, postprocess, in that order on the caller's stream. In deterministic mode the host has zeroed the
+// semaphores before.
 #pragma once
 
 #include <cuda_runtime.h>

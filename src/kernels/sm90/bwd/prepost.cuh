@@ -1,7 +1,10 @@
 // The two small kernels around the main backward:
 //  - preprocess: per query row, D = rowsum(dO * O) and LSE in log2 units into the padded workspace rows
-//    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0), and
-//    the main kernel's tile counter reset;
+//    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0), the
+//    row of every fp32 dQ accumulator copy zeroed (the main kernel reduce-adds into the padded rows only,
+//    and the postprocess reads the sequence's rows; zeroed here rather than by a memset of the whole
+//    accumulator, the stores overlap this kernel's loads and the launch is saved), and the main kernel's
+//    tile counter reset;
 //  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
 //    deterministic mode), converted to the input dtype.
 // Both only move memory. A warp takes kRowsPerWarp rows, each lane head_dim / 32 consecutive elements of
@@ -107,6 +110,10 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(co
     lse[r] = p.lse[lse_index];
   }
   const long long first_index = head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + row0;
+  const int64_t copy_stride = int64_t(p.heads_q) * p.rows_per_head * kHeadDim;
+  LaneValues<float, kPerLane> zeros;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) zeros.values[e] = 0.0f;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int row = row0 + r;
@@ -124,6 +131,8 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(co
       p.dsum[first_index + r] = dot;
       p.lse_log2[first_index + r] = lse_log2;
     }
+    float* accum_row = p.dq_accum + (first_index + r) * kHeadDim + lane * kPerLane;
+    for (int copy = 0; copy < p.dq_copies; ++copy) zeros.store(accum_row + copy * copy_stride);
   }
 }
 

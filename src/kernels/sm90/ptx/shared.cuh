@@ -57,4 +57,22 @@ __device__ __forceinline__ void store_shared_float4(float* pointer, float4 value
                : "memory");
 }
 
+__device__ __forceinline__ uint4 load_shared_u128(uint32_t address) {
+  uint4 value;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+               : "r"(address)
+               : "memory");
+  return value;
+}
+
+// stmatrix.x4: four 8 x 8 matrices of 16-bit elements, register i of every lane holding row lane / 4,
+// elements 2 (lane % 4) and the next, of matrix i (the layout of a wgmma accumulator's packed pairs); lane
+// l gives the 16-byte row address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void store_matrix_x4(uint32_t address, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(m0), "r"(m1),
+               "r"(m2), "r"(m3)
+               : "memory");
+}
+
 }  // namespace flash4::sm90
