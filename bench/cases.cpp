@@ -27,6 +27,7 @@ constexpr Switch kSwitches[] = {{"--verify", &Options::verify},
                                 {"--json", &Options::json},
                                 {"--all", &Options::all},
                                 {"--deterministic", &Options::deterministic},
+                                {"--flush-l2", &Options::flush_l2},
                                 {"--help", &Options::help}};
 
 // The flags that set one positive size.
@@ -113,6 +114,8 @@ std::string usage() {
          "  --verify            fwd: compare sampled rows of O and LSE with the fp64 CPU reference;\n"
          "                      bwd: sampled rows of dQ, dK and dV with an fp64 backward from the same O and LSE\n"
          "  --deterministic     bwd: deterministic = 1 (bit-identical gradients across runs)\n"
+         "  --flush-l2          zero a 256 MB buffer before each timed launch, outside its events (as\n"
+         "                      triton's do_bench does for the peers): every launch starts from a cold L2\n"
          "  --json              one JSON object per case instead of a text line\n"
          "  --all               the anchors' sweep: D in {64, 128} (or --D), causal {0, 1},\n"
          "                      N in {512, ..., 16384}, B = 16384 / N, H = 2048 / D (ignores the size flags);\n"

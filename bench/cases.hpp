@@ -29,6 +29,7 @@ struct Options {
   int warmup = 10;
   bool verify = false;
   bool deterministic = false;  // backward: deterministic = 1 (bit-identical gradients across runs)
+  bool flush_l2 = false;       // overwrite a buffer larger than L2 before each timed launch
   bool json = false;
   bool all = false;
   bool help = false;

@@ -194,11 +194,17 @@ void warm_up(Launcher& launcher, const Options& options, cudaStream_t stream) {
   }
 }
 
+// --flush-l2: the size of the buffer zeroed before each timed launch, as triton's do_bench does (more than
+// the H200's 60 MB L2).
+constexpr std::size_t kL2FlushBytes = std::size_t{256} << 20;
+
 // Median milliseconds of `iters` launches, each between its own pair of events, after the warm-up.
 double time_ms(Launcher& launcher, const Options& options, cudaStream_t stream) {
   warm_up(launcher, options, stream);
+  const DeviceBuffer flush = options.flush_l2 ? DeviceBuffer(kL2FlushBytes) : DeviceBuffer();
   std::vector<Event> start(options.iters), stop(options.iters);
   for (int i = 0; i < options.iters; ++i) {
+    if (options.flush_l2) check_cuda(cudaMemsetAsync(flush.get(), 0, flush.bytes(), stream), "cudaMemsetAsync (L2 flush)");
     check_cuda(cudaEventRecord(start[i].get(), stream), "cudaEventRecord");
     launcher.run();
     check_cuda(cudaEventRecord(stop[i].get(), stream), "cudaEventRecord");

@@ -113,10 +113,10 @@ dims=${FLASH4_BENCH_DIMS-64,128,256}
 bwd_dims=${FLASH4_BENCH_BWD_DIMS-64,128}
 : >"$out/bench.log"
 for d in ${dims//,/ }; do
-  "$bench_bin" --all --json --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$out/bench.log" || status=1
+  "$bench_bin" --all --json --flush-l2 --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$out/bench.log" || status=1
 done
 for d in ${bwd_dims//,/ }; do
-  "$bench_bin" --all --json --mode bwd --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$out/bench.log"
+  "$bench_bin" --all --json --mode bwd --flush-l2 --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$out/bench.log"
   rc=$?
   # Exit status 2 (NOT_IMPLEMENTED) is kept for libraries without a backward; the current one never answers it.
   if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$out/bench.log"
@@ -129,6 +129,7 @@ software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, c
 python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --commit "${FLASH4_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
   --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software" \
+  --method "flash4: flash4-bench --flush-l2, median of per-launch CUDA event pairs after warm-up, a 256 MB buffer zeroed before each launch; peers: bench/peers.py, triton do_bench median (the same zeroing); same machine, same run" \
   >"$raw/table.txt" 2>>"$out/bench.log" || status=1
 
 if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ] && [ -z "$prebuilt" ]; then

@@ -39,6 +39,9 @@ def main():
     parser.add_argument("--commit", required=True)
     parser.add_argument("--device", required=True)
     parser.add_argument("--software", required=True)
+    parser.add_argument("--method", default="flash4: flash4-bench, median of per-launch CUDA event pairs after "
+                        "warm-up, launches back to back; peers: bench/peers.py, triton do_bench median (L2 zeroed "
+                        "before each launch); same machine, same run")
     parser.add_argument("--note", default="")
     args = parser.parse_args()
     rows = [row for path in args.inputs for row in read_rows(path)]
@@ -48,8 +51,7 @@ def main():
             "commit": args.commit,
             "device": args.device,
             "software": args.software,
-            "method": "flash4: flash4-bench, median of per-launch CUDA event pairs after warm-up; peers: "
-                      "bench/peers.py, triton do_bench median; same machine, same run",
+            "method": args.method,
             "note": args.note,
         },
         "rows": rows,
