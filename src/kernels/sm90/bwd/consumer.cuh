@@ -193,14 +193,22 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           typename Ops::VisibilityBits visible = ~typename Ops::VisibilityBits(0);
           if (kSoftcap && masked) visible = Ops::visibility_bits(mask, key0, query0);
           mbarrier_wait(&bars->stage_full[ring.stage], ring.phase);
+          const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
+          const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
+          // LSE goes to registers before the products are issued: their operand reads then take all of
+          // shared memory's bandwidth, and loads issued behind them return only as the products finish (at
+          // D = 128, 16K tokens, the exponentials and dS^T waiting on the LSE and D loads held about a fifth
+          // of the consumers' stall samples). D follows once dV is issued at block_m = 64 (both before
+          // the products spilled there) and is read at its use at block_m = 128.
+          typename Ops::RowStats lse_stats;
+          typename Ops::RowStats dsum_stats;
+          if constexpr (!kSoftcap) Ops::load_row_stats(lse_stats, lse);
           wgmma_fence();
           Ops::issue_scores(s, k_tile, warpgroup * kKeys, q_tile);
           wgmma_commit();
           Ops::issue_scores(dp, v_tile, warpgroup * kKeys, do_tile);
           wgmma_commit();
 
-          const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
-          const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
           Fragments p_frag;
           Fragments ds_frag;
           if constexpr (kSoftcap) {
@@ -215,12 +223,12 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             Ops::issue_gradient(dk, ds_frag, q_tile);
             wgmma_commit();
           } else if constexpr (!kEarlyDv) {
-            // The exponentials run while dP^T is still in flight; dV and dK are issued together. LSE and D
-            // are read at their use (Ops::row_stat).
+            // The exponentials run while dP^T is still in flight; dV and dK are issued together. D is read
+            // at its use (Ops::row_stat).
             wgmma_wait<1>();
             pin_registers(s);
-            if (masked) Ops::template probabilities<true>(s, lse, p, mask, key0, query0);
-            else Ops::template probabilities<false>(s, lse, p, mask, key0, query0);
+            if (masked) Ops::template probabilities<true>(s, lse_stats, p, mask, key0, query0);
+            else Ops::template probabilities<false>(s, lse_stats, p, mask, key0, query0);
             wgmma_wait<0>();
             pin_registers(dp);
             Ops::score_gradients(dp, s, dsum);
@@ -231,22 +239,19 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             Ops::issue_gradient(dk, ds_frag, q_tile);
             wgmma_commit();
           } else {
-            // The exponentials run while dP^T is still in flight, dS^T while dV is. LSE and D are loaded
-            // before the waits (Ops::row_stat).
-            typename Ops::RowStats row_stats;
-            Ops::load_row_stats(row_stats, lse);
+            // The exponentials run while dP^T is still in flight, dS^T while dV is.
             wgmma_wait<1>();
             pin_registers(s);
-            if (masked) Ops::template probabilities<true>(s, row_stats, p, mask, key0, query0);
-            else Ops::template probabilities<false>(s, row_stats, p, mask, key0, query0);
+            if (masked) Ops::template probabilities<true>(s, lse_stats, p, mask, key0, query0);
+            else Ops::template probabilities<false>(s, lse_stats, p, mask, key0, query0);
             Ops::to_fragments(s, p_frag);
             wgmma_fence();
             Ops::issue_gradient(dv, p_frag, do_tile);
             wgmma_commit();
-            Ops::load_row_stats(row_stats, dsum);
+            Ops::load_row_stats(dsum_stats, dsum);
             wgmma_wait<1>();
             pin_registers(dp);
-            Ops::score_gradients(dp, s, row_stats);
+            Ops::score_gradients(dp, s, dsum_stats);
             Ops::to_fragments(dp, ds_frag);
             wgmma_fence();
             Ops::issue_gradient(dk, ds_frag, q_tile);

@@ -141,11 +141,9 @@ struct BwdConsumerOps {
   }
 
   // A stage's LSE or D at this thread's accumulator columns of column block k (8 k + 2 (lane % 4), and the
-  // next): read from shared memory at its use, or taken from registers loaded earlier (RowStats). At
-  // block_m = 64 the split-by-keys consumer loads them before it waits for the product they combine with:
-  // read after the wait, the loads' latency (long while the tensor cores stream their operands from shared
-  // memory) stalled the first use, about a tenth of the D = 128 consumers' cycles. At block_m = 128 the
-  // 32 registers they take then spill.
+  // next): read from shared memory at its use, or taken from registers loaded earlier (RowStats; the
+  // split-by-keys consumer says when, consumer.cuh). A load's latency is long while the tensor cores
+  // stream their operands from shared memory.
   using RowStats = float2[kBlockM / 8];
   __device__ __forceinline__ static void load_row_stats(RowStats& stats, const float* row_values) {
 #pragma unroll

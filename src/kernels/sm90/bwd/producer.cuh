@@ -43,18 +43,6 @@ struct BwdProducer {
     else bulk_load(dst, src, kCfg.row_stat_bytes(), barrier);
   }
 
-  // The tile's K and V into L2 while the consumers still work on the previous tile (the next tile is
-  // claimed once the previous one's loads are issued, kernels/common/bwd_tile_handout.hpp): loaded into
-  // shared memory only once the consumers are done with the previous tile's, they then come from L2
-  // instead of DRAM, while the consumers write the previous tile's dK / dV.
-  __device__ __forceinline__ static void prefetch_kv(const BwdKernelParams& p, const BwdTileWork& work, int key_row) {
-#pragma unroll
-    for (int box = 0; box < kCfg.col_blocks(); ++box) {
-      tma_prefetch_l2_4d(&p.tma_k, box * kCfg.box_cols(), key_row, work.head_kv, work.tma_batch);
-      tma_prefetch_l2_4d(&p.tma_v, box * kCfg.box_cols(), key_row, work.head_kv, work.tma_batch);
-    }
-  }
-
   char* smem;
   BwdBarriers<kCfg.stages>* bars;
   RingPosition<kCfg.stages> ring{};
@@ -63,10 +51,7 @@ struct BwdProducer {
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     if (work.num_steps() == 0) return;  // the consumers write zero dK/dV without loading anything
     const int key_row = work.k_row_base + work.n0;
-    if (loaded_kv) {
-      prefetch_kv(p, work, key_row);
-      mbarrier_wait(&bars->kv_empty, BwdTileHandout::kv_empty_parity(work.kv_phase));
-    }
+    if (loaded_kv) mbarrier_wait(&bars->kv_empty, BwdTileHandout::kv_empty_parity(work.kv_phase));
     loaded_kv = true;
     mbarrier_arrive_expect_bytes(&bars->kv_full, 2 * kCfg.kv_bytes());
     load_tile(smem + kCfg.k_offset(), &p.tma_k, &bars->kv_full, kCfg.block_n, key_row, work.head_kv, work.tma_batch);
