@@ -41,7 +41,8 @@ struct BwdKernelParams {
   TensorStrides dv_strides;
 
   // Workspace (see BwdWorkspaceRows): per query head, rows_per_head rows.
-  float* dq_accum;     // [dq_copies][heads_q][rows_per_head][head_dim], zeroed by the host before the main kernel
+  // [dq_copies][heads_q][rows_per_head][head_dim]; the preprocess zeroes the rows the main kernel adds into
+  float* dq_accum;
   float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
   float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows
   int* dq_semaphores;  // deterministic mode: [dq_copies][heads_q][batch][m_blocks_max], zeroed by the host

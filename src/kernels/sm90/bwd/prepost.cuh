@@ -3,8 +3,7 @@
 //    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0), the
 //    row of every fp32 dQ accumulator copy zeroed (the main kernel reduce-adds into the padded rows only,
 //    and the postprocess reads the sequence's rows; zeroed here rather than by a memset of the whole
-//    accumulator, the stores overlap this kernel's loads and the launch is saved), and the main kernel's
-//    tile counter reset;
+//    accumulator, one launch fewer), and the main kernel's tile counter reset;
 //  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
 //    deterministic mode), converted to the input dtype.
 // Both only move memory. A warp takes kRowsPerWarp rows, each lane head_dim / 32 consecutive elements of
