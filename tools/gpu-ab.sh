@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B runs on the H200, bf16 at head dims 64 and 128, 16K tokens (B=1, H=2048/D), causal and not, two
 # repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json.
-#   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid|release]
+#   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid|release|change]
 #   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
 #                  off; longest-first order off);
 #   bwd:           the backward unpaired and with paired CTAs (FLASH4_BWD_PAIRED_CTA), each timed with
@@ -16,7 +16,8 @@
 #                  against per warp (FLASH4_BWD_RELEASE_PER_THREAD=OFF), over the same sweep;
 #   change:        two libraries built elsewhere, base and change (FLASH4_AB_BIN_DIR is required), over
 #                  the same sweep: a change's effect against the commit before it.
-# The sweep modes alternate the variants within each repeat, so that both see the GPU in the same state.
+# The sweep modes alternate the variants within each repeat (the second in reverse order), so that they
+# see the GPU in about the same state.
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts, FLASH4_AB_PEERS=0 the peers. FLASH4_AB_BIN_DIR=DIR skips
 # the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built elsewhere (variants: all_on,
 # no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta; policy, one_cta_per_tile, early_claim;
@@ -27,7 +28,7 @@ mode=${2:-fwd}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 seqlens="16384"
-sweep=0  # grid and release: the backward over flash4-bench --all's sweep
+sweep=0  # grid, release and change: the backward over flash4-bench --all's sweep
 { [ "$mode" = grid ] || [ "$mode" = release ] || [ "$mode" = change ]; } && sweep=1
 if [ "$mode" = change ] && [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
   echo "gpu-ab.sh change: set FLASH4_AB_BIN_DIR (DIR/base and DIR/change, each a flash4-bench and its library)"
@@ -53,6 +54,7 @@ else
 fi
 : >"$out/ab.jsonl"
 bench_dir() { if [ -n "${FLASH4_AB_BIN_DIR:-}" ]; then echo "$FLASH4_AB_BIN_DIR/$1"; else echo "$root/build-ab-$1"; fi; }
+built=()  # the variants with a bench to time (a failed build leaves out its variant, not an older binary)
 for variant in "${!variants[@]}"; do
   build=$(bench_dir "$variant")
   if [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
@@ -61,6 +63,8 @@ for variant in "${!variants[@]}"; do
       cmake --build "$build" -j "$(nproc)" --target flash4-bench >"$out/ab-build-$variant.log" 2>&1; } ||
       { echo "build $variant failed"; tail -20 "$out/ab-build-$variant.log"; continue; }
   fi
+  [ -x "$build/flash4-bench" ] || { echo "$variant: no flash4-bench in $build"; continue; }
+  built+=("$variant")
   [ $sweep = 1 ] && continue  # timed below, the variants alternating
   tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=REPEAT))) for l in sys.stdin if l.startswith('{')]"
   for d in 64 128; do
@@ -76,10 +80,13 @@ for variant in "${!variants[@]}"; do
   done
 done
 if [ $sweep = 1 ]; then  # the whole sweep in one process per variant and repeat: a process per shape overran 600 s
+  reversed=()
+  for ((i = ${#built[@]} - 1; i >= 0; --i)); do reversed+=("${built[$i]}"); done
   for repeat in 1 2; do
-    for variant in "${!variants[@]}"; do
+    # The second repeat runs the variants in reverse order (A B, B A), so neither always runs first.
+    if [ $repeat = 1 ]; then order=("${built[@]}"); else order=("${reversed[@]}"); fi
+    for variant in "${order[@]}"; do
       build=$(bench_dir "$variant")
-      [ -x "$build/flash4-bench" ] || continue  # its build failed (reported above)
       tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]"
       LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 | python3 -c "$tag" >>"$out/ab.jsonl"
     done

@@ -2,6 +2,7 @@
 """Merges flash4-bench and bench/peers.py JSON lines (measured in one run) into one results document.
 
 Usage: merge_bench.py OUT.json FILE.jsonl [FILE.jsonl ...] --commit SHA --device TEXT --software TEXT
+       [--method TEXT] [--note TEXT]
 The document has a header (date, commit, device, software, method) and `rows` in the anchors' format,
 then prints a short table: TFLOPS per (mode, D, causal, N), one column per provider, flash4 first.
 """
