@@ -202,12 +202,13 @@ struct BwdConsumerOps {
   }
 
   // store_key_rows (below) through shared memory: `staging` is 64 rows of kSwizzle bytes (one 64-column
-  // box) that no other warp reads or writes meanwhile, each warp using the 16 rows of its own fragments. Per 64-column
-  // chunk, stmatrix puts the warp's packed pairs there (16-byte units XOR-swizzled by row, so the eight rows
-  // of a matrix fall in distinct banks) and every lane reads back 16 consecutive bytes of a row: each
-  // global store instruction then writes four whole 128-byte rows of the chunk, where the direct stores
-  // write 16 bytes of each of 8 rows and take four times as many instructions (at 512 tokens, D = 128
-  // causal, those stores and the loads queued behind them held a fifth of the consumers' stall samples).
+  // box) that no other warp reads or writes meanwhile, each warp using the 16 rows of its own fragments.
+  // Per 64-column chunk, stmatrix puts the warp's packed pairs there (16-byte units XOR-swizzled by row,
+  // so the eight rows of a matrix fall in distinct banks) and every lane reads back 16 consecutive bytes
+  // of a row: each global store instruction then writes four whole 128-byte rows of the chunk, where the
+  // direct stores write 16 bytes of each of 8 rows and take four times as many instructions (at 512
+  // tokens, D = 128 causal, those stores and the loads queued behind them held a fifth of the consumers'
+  // stall samples).
   __device__ __forceinline__ static void store_key_rows_staged(void* base, const TensorStrides& strides,
                                                                const BwdKernelParams& p, const BwdTileWork& work,
                                                                int key_row0, const Gradient& acc, float scale,
