@@ -14,14 +14,14 @@
 #                  over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N);
 #   release:       the backward's stage release per thread (the default, which racecheck follows)
 #                  against per warp (FLASH4_BWD_RELEASE_PER_THREAD=OFF), over the same sweep;
-#   change:        two libraries built elsewhere, base and change (FLASH4_AB_BIN_DIR is required), over
-#                  the same sweep: a change's effect against the commit before it.
+#   change:        libraries built elsewhere, one per subfolder of FLASH4_AB_BIN_DIR (required; e.g. base
+#                  and change), over the same sweep: a change's effect against the commit before it.
 # The sweep modes alternate the variants within each repeat (the second in reverse order), so that they
 # see the GPU in about the same state.
 # FLASH4_AB_NCU=0 skips the Nsight Compute counts, FLASH4_AB_PEERS=0 the peers. FLASH4_AB_BIN_DIR=DIR skips
 # the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built elsewhere (variants: all_on,
 # no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta; policy, one_cta_per_tile, early_claim;
-# policy, release_per_warp; base, change).
+# policy, release_per_warp; change: any).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -31,7 +31,7 @@ seqlens="16384"
 sweep=0  # grid, release and change: the backward over flash4-bench --all's sweep
 { [ "$mode" = grid ] || [ "$mode" = release ] || [ "$mode" = change ]; } && sweep=1
 if [ "$mode" = change ] && [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
-  echo "gpu-ab.sh change: set FLASH4_AB_BIN_DIR (DIR/base and DIR/change, each a flash4-bench and its library)"
+  echo "gpu-ab.sh change: set FLASH4_AB_BIN_DIR (a subfolder per variant, each a flash4-bench and its library)"
   exit 1
 fi
 if [ "$mode" = bwd ]; then
@@ -41,7 +41,8 @@ elif [ $sweep = 1 ]; then
   if [ "$mode" = grid ]; then
     declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
   elif [ "$mode" = change ]; then
-    declare -A variants=([base]="" [change]="")
+    declare -A variants=()
+    for dir in "$FLASH4_AB_BIN_DIR"/*/; do variants[$(basename "$dir")]=""; done
   else
     declare -A variants=([policy]="" [release_per_warp]="-DFLASH4_BWD_RELEASE_PER_THREAD=OFF")
   fi

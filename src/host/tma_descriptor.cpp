@@ -73,21 +73,4 @@ TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols,
   return view;
 }
 
-TmaView make_dq_accum_view(const float* base, int head_dim, long long rows_per_head, int heads, int copies,
-                           int box_rows, int box_cols) {
-  constexpr int kBytes = int(sizeof(float));
-  TmaView view;
-  view.base = base;
-  view.element_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  view.element_bytes = kBytes;
-  view.extent = {uint64_t(head_dim), uint64_t(rows_per_head), uint64_t(heads), uint64_t(copies)};
-  const uint64_t row_bytes = uint64_t(head_dim) * kBytes;
-  const uint64_t head_bytes = uint64_t(rows_per_head) * row_bytes;
-  view.stride_bytes = {row_bytes, head_bytes, uint64_t(heads) * head_bytes};
-  view.box_cols = uint32_t(box_cols);
-  view.box_rows = uint32_t(box_rows);
-  view.swizzle_bytes = 0;
-  return view;
-}
-
 }  // namespace flash4::host

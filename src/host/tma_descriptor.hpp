@@ -37,11 +37,6 @@ struct OperandShape {
 };
 TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols, int swizzle_bytes);
 
-// The backward's fp32 dQ accumulator, [copies][heads][rows_per_head][head_dim], as a 4-D (dim, row, head,
-// copy) view for TMA reduce-adds of unswizzled box_rows x box_cols boxes.
-TmaView make_dq_accum_view(const float* base, int head_dim, long long rows_per_head, int heads, int copies,
-                           int box_rows, int box_cols);
-
 // Encodes `view` into `map`. Returns false and fills `error` (naming the failing call) on failure.
 bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error);
 

@@ -224,16 +224,22 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
   EXPECT_EQ(plan.num_tiles, 16 * 2 * 4);
 }
 
-// The dQ staging must be exactly what the TMA reduce-add reads: unswizzled boxes of 32-byte rows, box b
-// holding columns [8b, 8b + 8) of every row; every element once; and a warp's float2 stores of one
-// fragment column block (8 rows x 4 lanes) must take the minimum two wavefronts (each bank twice).
-TEST(BwdPlanner, DqStagingIsTheTmaBoxLayout) {
-  for (int d : {64, 96, 128}) {
+// The dQ staging order is also the accumulator's order within each query block (the writer adds a staged
+// partial with one contiguous reduce-add; the roles consumers and the postprocess index the accumulator
+// with it): unswizzled boxes of 32-byte rows, box b holding columns [8b, 8b + 8) of every row; every
+// element of the block_m x head_dim block exactly once, so a block's rows fill exactly its region; the
+// pair (col, col + 1) of an even col adjacent (float2 stores, red.v2 adds); and, split by keys, a warp's
+// float2 stores of one fragment column block (8 rows x 4 lanes) take the minimum two wavefronts (each
+// bank twice).
+TEST(BwdPlanner, DqStagingIsTheAccumulatorBlockOrder) {
+  for (int d : {64, 96, 128, 192, 256}) {
     const BwdTileConfig tile = bwd_tile_config(d);
-    ASSERT_EQ(tile.split, BwdSplit::kKeys) << d;
     ASSERT_EQ(tile.dq_box_cols() * 4, kDqBoxBytes) << d;
-    EXPECT_EQ(tile.dq_boxes() * tile.dq_box_floats() * 4, tile.dq_buffer_bytes()) << d;
-    std::vector<int> seen(tile.dq_buffer_bytes() / 4, 0);
+    if (tile.split == BwdSplit::kKeys) {
+      EXPECT_EQ(tile.dq_boxes() * tile.dq_box_floats() * 4, tile.dq_buffer_bytes()) << d;
+      EXPECT_EQ(tile.dq_buffer_bytes(), tile.block_m * d * 4) << d;
+    }
+    std::vector<int> seen(tile.block_m * d, 0);
     for (int row = 0; row < tile.block_m; ++row) {
       for (int col = 0; col < d; ++col) {
         const int index = tile.dq_staging_index(row, col);
@@ -241,9 +247,13 @@ TEST(BwdPlanner, DqStagingIsTheTmaBoxLayout) {
         ASSERT_LT(index, int(seen.size()));
         ++seen[index];
         EXPECT_EQ(index, (col / 8) * tile.block_m * 8 + row * 8 + col % 8) << d;
+        if (col % 2 == 0) {
+          EXPECT_EQ(tile.dq_staging_index(row, col + 1), index + 1) << d;
+        }
       }
     }
     for (int count : seen) ASSERT_EQ(count, 1) << d;
+    if (tile.split != BwdSplit::kKeys) continue;
     for (int k = 0; k < d / 8; ++k) {
       std::vector<int> bank_hits(32, 0);
       for (int lane = 0; lane < 32; ++lane) {

@@ -89,16 +89,6 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
     }
   }
   kp.dq_accum = reinterpret_cast<float*>(workspace + plan.workspace.dq_accum);
-  {
-    std::string error;
-    if (!encode_tma_view(make_dq_accum_view(kp.dq_accum, p.head_dim, plan.rows_per_head, p.heads_q, plan.dq_copies, plan.tile.block_m,
-                                            plan.tile.dq_box_cols()),
-                         &kp.tma_dq_accum, error)) {
-      result.status = FLASH4_ERROR_CUDA;
-      result.message = "TMA descriptor for the dQ accumulator: " + error;
-      return result;
-    }
-  }
   kp.o = p.o;
   kp.dout = p.dout;
   kp.lse = p.lse;

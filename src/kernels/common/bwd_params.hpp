@@ -24,7 +24,6 @@ struct BwdKernelParams {
   CUtensorMap tma_do;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
-  CUtensorMap tma_dq_accum;  // fp32 [dq_copies][heads_q][rows_per_head][head_dim], 8-column x block_m boxes, unswizzled
 
   // Inputs the pre/postprocess read element by element.
   const void* o;
@@ -41,7 +40,8 @@ struct BwdKernelParams {
   TensorStrides dv_strides;
 
   // Workspace (see BwdWorkspaceRows): per query head, rows_per_head rows.
-  // [dq_copies][heads_q][rows_per_head][head_dim]; the preprocess zeroes the rows the main kernel adds into
+  // [dq_copies][heads_q][rows_per_head][head_dim], each query block's block_m x head_dim floats in the
+  // staging order (BwdTileConfig::dq_staging_index); the preprocess zeroes the rows the main kernel adds into
   float* dq_accum;
   float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
   float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows

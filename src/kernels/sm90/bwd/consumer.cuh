@@ -4,14 +4,15 @@
 //
 //   S^T  = K_w Q^T        dP^T = V_w dO^T                 (SS wgmma, both issued together)
 //   P^T  = exp2(S^T scale_log2 - LSE)    dS^T = P^T (dP^T - D)   [x (1 - tanh^2) under softcap]
-//   dV  += P^T dO         dK  += dS^T Q                   (RS wgmma: P^T and dS^T straight from registers)
+//   dV  += P^T dO                                         (RS wgmma: P^T straight from registers)
 //   dS^T -> shared memory; after both warpgroups wrote theirs:
 //   dQ slice w = dS K                                     (SS wgmma over all 128 keys, dS read transposed;
 //                                                          the slice is half the columns when block_m = 64,
 //                                                          at D = 96 with 32 zero columns; half the rows when
 //                                                          block_m = 128)
-//   dQ -> fp32 staging -> TMA reduce-add into the workspace accumulator (issued by the step's writer
-//   warp, dq_writer.cuh); the consumers never wait for the adds.
+//   dK  += dS^T Q                                         (RS wgmma, behind dQ)
+//   dQ -> fp32 staging (while dK runs) -> one bulk reduce-add into the workspace accumulator (issued by
+//   the step's writer warp, dq_writer.cuh); the consumers never wait for the adds.
 //
 // The softmax scale is left out of dS and applied once at the end (dK here, dQ in the postprocess).
 #pragma once
@@ -119,7 +120,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   __device__ __forceinline__ void hand_off_dq(const DqSlice& dq) const {
     named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
     stage_dq(dq);
-    fence_async_shared();  // the TMA reduce-adds read the staging boxes through the async proxy
+    fence_async_shared();  // the bulk reduce-add reads the staging boxes through the async proxy
     named_barrier_arrive(dq_full_barrier(kStepFromStage ? ring.stage : step, bwd_dq_writer_warps(kCfg.cluster_ctas)),
                          kBwdDqHandoffThreads);
   }
@@ -220,11 +221,9 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, visible);
             wgmma_fence();
             Ops::issue_gradient(dv, p_frag, do_tile);
-            Ops::issue_gradient(dk, ds_frag, q_tile);
             wgmma_commit();
           } else if constexpr (!kEarlyDv) {
-            // The exponentials run while dP^T is still in flight; dV and dK are issued together. D is read
-            // at its use (Ops::row_stat).
+            // The exponentials run while dP^T is still in flight. D is read at its use (Ops::row_stat).
             wgmma_wait<1>();
             pin_registers(s);
             if (masked) Ops::template probabilities<true>(s, lse_stats, p, mask, key0, query0);
@@ -236,7 +235,6 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             Ops::to_fragments(dp, ds_frag);
             wgmma_fence();
             Ops::issue_gradient(dv, p_frag, do_tile);
-            Ops::issue_gradient(dk, ds_frag, q_tile);
             wgmma_commit();
           } else {
             // The exponentials run while dP^T is still in flight, dS^T while dV is.
@@ -253,29 +251,31 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             pin_registers(dp);
             Ops::score_gradients(dp, s, dsum_stats);
             Ops::to_fragments(dp, ds_frag);
-            wgmma_fence();
-            Ops::issue_gradient(dk, ds_frag, q_tile);
-            wgmma_commit();
           }
 
+          // dV runs on the tensor cores while dS^T is stored and the warpgroups meet. Then dQ goes first and
+          // dK behind it, so that dQ is staged for its writer while dK still runs: with dQ last, the
+          // tensor cores idled through every step's staging and the next step's first issue.
           char* ds_tile = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers());
           Ops::store_ds(ds_tile, ds_frag, warpgroup * kKeys);
           fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
           named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);
 
-          // dQ is issued behind dV and dK, which may still run: the tensor cores stay busy across the barrier.
           DqSlice dq;
           wgmma_fence();
           Ops::issue_dq(dq, smem, ds_tile, cfg().dq_row0(warpgroup), cfg().dq_col0(warpgroup));
           wgmma_commit();
-          wgmma_wait<0>();
-          pin_registers(dk);
+          Ops::issue_gradient(dk, ds_frag, q_tile);
+          wgmma_commit();
+          wgmma_wait<1>();  // dV and dQ
           pin_registers(dv);
           pin_registers(p_frag);
-          pin_registers(ds_frag);
           pin_registers(dq);
-          Ops::release(&bars->stage_empty[ring.stage]);
           hand_off_dq(dq);
+          wgmma_wait<0>();  // dK
+          pin_registers(dk);
+          pin_registers(ds_frag);
+          Ops::release(&bars->stage_empty[ring.stage]);
 
           ring.advance();
           if constexpr (!kStepFromStage) ++step;

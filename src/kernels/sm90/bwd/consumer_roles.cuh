@@ -129,13 +129,15 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
       wgmma_commit();
       wgmma_wait<0>();
       pin_registers(dq);
+      // The accumulator's order (dq_staging_index) is linear in rows and in columns that are multiples of
+      // its 8-column boxes: the thread's address plus a constant per pair.
+      float* thread_accum = accum + cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
 #pragma unroll
       for (int k = 0; k < kDqCols / 8; ++k) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int row = fragment_row() + 8 * i;
-          const int col = chunk * kDqCols + 8 * k + 2 * (lane() % 4);
-          red_add_f32x2(accum + row * kHeadDim + col, dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+          red_add_f32x2(thread_accum + cfg().dq_staging_index(8 * i, chunk * kDqCols + 8 * k), dq[4 * k + 2 * i],
+                        dq[4 * k + 2 * i + 1]);
         }
       }
     }

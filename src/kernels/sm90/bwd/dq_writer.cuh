@@ -1,10 +1,10 @@
 // The dQ writers: warps 1 and 2 of the producer warpgroup, taking the steps in turn (one warp when paired:
 // bwd_dq_writer_warps), counting the CTA's steps across its tiles. For every query-block step the
 // consumers stage their fp32 dQ partial (block_m rows x head_dim, as boxes of 8 columns) in shared
-// memory; the step's writer's first lane reduce-adds it into the workspace accumulator with one TMA
-// reduce-add per box (no per-element atomics, and a handful of instructions: issuing one bulk reduce-add
-// per row kept the warp busy most of each step at D = 64) and hands the staging buffer back once the copy
-// engine has read it. Keeping the issue (and, in deterministic mode, the wait for this query block's
+// memory; the step's writer's first lane adds it into the workspace accumulator, which stores each query
+// block in the staging's order (BwdTileConfig::dq_staging_index), with one contiguous bulk reduce-add (no
+// per-element atomics; issuing one per row kept the warp busy most of each step at D = 64), and hands the
+// staging buffer back once the copy engine has read it. Keeping the issue (and, in deterministic mode, the wait for this query block's
 // turn) off the consumers lets their tensor-core work run on meanwhile.
 //
 // Paired CTAs: rank 1's writer copies its partial into rank 0's partner buffer (one bulk copy completing
@@ -44,8 +44,10 @@ struct BwdDqWriter {
   // partial too (its reduce-adds, like its own, in this CTA's turn), then lets the partner reuse both its
   // staging and this CTA's partner buffer.
   __device__ void add_step(const BwdKernelParams& p, const BwdTileWork& work, int copy, int head, int m_block) const {
-    const int row = int(work.workspace_row0) + m_block * kCfg.block_m;
-    add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), row, head, copy);
+    // The partial and the query block's accumulator hold the block in the same order (dq_staging_index):
+    // one contiguous reduce-add per staged partial.
+    float* block = dq_accum_rows<kHeadDim>(p, work, copy, head, m_block);
+    bulk_reduce_add_f32(block, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), kCfg.dq_buffer_bytes());
     if constexpr (kCfg.cluster_ctas == 2) {
       if (p.deterministic) {  // bulk operations are unordered: the partner's adds must not overtake these
         bulk_commit_group();
@@ -53,23 +55,13 @@ struct BwdDqWriter {
       }
       mbarrier_arrive_expect_bytes(&bars->partner_dq_full, kCfg.dq_buffer_bytes());
       mbarrier_wait(&bars->partner_dq_full, step % 2);
-      add_buffer(p, reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset()), row, head, copy);
+      bulk_reduce_add_f32(block, reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset()), kCfg.dq_buffer_bytes());
     }
     bulk_commit_group();
     // The buffer goes back as soon as the copy engine has read it: in deterministic mode the wait for the
     // adds to land (below) then overlaps the consumers' next step instead of delaying it.
     bulk_wait_group_read_all();
     if constexpr (kCfg.cluster_ctas == 2) mbarrier_arrive_cluster(cluster_shared_address(&bars->partner_dq_taken, 1));
-  }
-
-  // One staged partial (block_m rows x head_dim, as boxes of 8 columns) reduce-added at the block's rows
-  // of the accumulator copy.
-  __device__ static void add_buffer(const BwdKernelParams& p, const float* buffer, int row, int head, int copy) {
-#pragma unroll
-    for (int box = 0; box < kCfg.dq_boxes(); ++box) {
-      tma_reduce_add_4d(&p.tma_dq_accum, buffer + box * kCfg.dq_box_floats(), box * kCfg.dq_box_cols(), row, head,
-                        copy);
-    }
   }
 
   // Rank 1: each step's staged partial goes to rank 0's partner buffer (lane 0 issues one bulk copy); the

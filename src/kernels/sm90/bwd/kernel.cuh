@@ -150,7 +150,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     tma_prefetch_descriptor(&params.tma_do);
     tma_prefetch_descriptor(&params.tma_k);
     tma_prefetch_descriptor(&params.tma_v);
-    if constexpr (kCfg.split == BwdSplit::kKeys) tma_prefetch_descriptor(&params.tma_dq_accum);
     mbarrier_init(&bars->kv_full, 1);
     mbarrier_init(&bars->kv_empty, kBwdConsumerThreads);
     for (int stage = 0; stage < kCfg.stages; ++stage) {

@@ -5,7 +5,9 @@
 //    and the postprocess reads the sequence's rows; zeroed here rather than by a memset of the whole
 //    accumulator, one launch fewer), and the main kernel's tile counter reset;
 //  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
-//    deterministic mode), converted to the input dtype.
+//    deterministic mode), converted to the input dtype. The accumulator keeps each query block's floats
+//    in the main kernel's staging order (BwdTileConfig::dq_staging_index), so the zeroing of a block's
+//    rows covers exactly its region whatever the order inside.
 // Both only move memory. A warp takes kRowsPerWarp rows, each lane head_dim / 32 consecutive elements of
 // every one, and issues all of its rows' loads before using any: one row at a time (two bf16 per lane at
 // D = 64) kept too few bytes in flight, and the preprocess at D = 64, 512 tokens took a quarter as long
@@ -47,10 +49,17 @@ struct LaneValues {
   using Run = LaneRun<N * int(sizeof(T))>;
   T values[N];
 
+  static constexpr int kUnitElements = Run::kUnitBytes / int(sizeof(T));
+
   __device__ __forceinline__ void load(const T* src) {
+    load_units([&](int element) { return src + element; });
+  }
+  // As load, from a run stored in pieces: the unit starting at the run's element e is at address(e).
+  template <class Address>
+  __device__ __forceinline__ void load_units(const Address& address) {
 #pragma unroll
     for (int u = 0; u < Run::kUnits; ++u) {
-      const typename Run::Unit unit = reinterpret_cast<const typename Run::Unit*>(src)[u];
+      const typename Run::Unit unit = *reinterpret_cast<const typename Run::Unit*>(address(u * kUnitElements));
       memcpy(reinterpret_cast<char*>(values) + u * Run::kUnitBytes, &unit, Run::kUnitBytes);
     }
   }
@@ -146,21 +155,32 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(c
   const SequenceRows seq = query_rows(p, batch);
   if (row0 >= seq.seqlen_q) return;
   const BwdWorkspaceRows rows = p.workspace_rows();
-  const float* accum =
-      p.dq_accum + (head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + row0) * kHeadDim + lane * kPerLane;
+  // The accumulator holds each query block in the main kernel's staging order (dq_staging_index); the
+  // warp's rows lie in one block, and a lane's loads never cross an 8-column box of it.
+  constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+  using AccumRun = LaneValues<float, kPerLane>;
+  static_assert(kCfg.block_m % kRowsPerWarp == 0, "a warp's rows lie in one query block");
+  static_assert(kCfg.dq_box_cols() % AccumRun::kUnitElements == 0, "no load crosses an 8-column box");
+  const int block_row0 = row0 / kCfg.block_m * kCfg.block_m;
+  const float* block =
+      p.dq_accum + (head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + block_row0) * kHeadDim;
   const int64_t copy_stride = int64_t(p.heads_q) * p.rows_per_head * kHeadDim;
+  const auto load_row = [&](AccumRun& run, int copy, int r) {
+    const float* row_block = block + copy * copy_stride;
+    run.load_units([&](int e) { return row_block + kCfg.dq_staging_index(row0 - block_row0 + r, lane * kPerLane + e); });
+  };
 
-  LaneValues<float, kPerLane> sum[kRowsPerWarp];
+  AccumRun sum[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (row0 + r < seq.seqlen_q) sum[r].load(accum + r * kHeadDim);
+    if (row0 + r < seq.seqlen_q) load_row(sum[r], 0, r);
   }
   for (int copy = 1; copy < p.dq_copies; ++copy) {  // always in this order
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       if (row0 + r >= seq.seqlen_q) continue;
-      LaneValues<float, kPerLane> part;
-      part.load(accum + copy * copy_stride + r * kHeadDim);
+      AccumRun part;
+      load_row(part, copy, r);
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e) sum[r].values[e] += part.values[e];
     }

@@ -106,7 +106,8 @@ __device__ __forceinline__ DqTarget dq_target(const BwdKernelParams& p, const Bw
   return DqTarget{order.copy, p.dq_semaphores + (head_row * p.batch + work.batch) * p.m_blocks_max + m_block, order.turn};
 }
 
-// The first of query block `m_block`'s rows in copy `copy` of query head `head`'s fp32 dQ accumulator.
+// Query block `m_block`'s block_m x head_dim floats in copy `copy` of query head `head`'s fp32 dQ
+// accumulator, in the order of BwdTileConfig::dq_staging_index.
 template <int kHeadDim>
 __device__ __forceinline__ float* dq_accum_rows(const BwdKernelParams& p, const BwdTileWork& work, int copy, int head,
                                                 int m_block) {

@@ -30,6 +30,14 @@ __device__ __forceinline__ void bulk_load_multicast(void* smem, const void* glob
 // commit form one group, which it can wait for.
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
+// Adds `bytes` of fp32 values from this CTA's shared memory element-wise into global memory (both addresses
+// 16-byte aligned, a multiple of 16 bytes), as part of the thread's current bulk group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* smem, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
+               "r"(smem_address(smem)), "r"(bytes)
+               : "memory");
+}
+
 // Waits until this thread's bulk groups have finished reading their shared-memory sources.
 __device__ __forceinline__ void bulk_wait_group_read_all() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");

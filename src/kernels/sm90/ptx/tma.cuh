@@ -1,6 +1,6 @@
 // TMA (the bulk tensor copy engine): 4-D tiled loads from global memory into shared memory that
-// complete on an mbarrier, and 4-D tiled stores and reduce-adds back that the issuing thread tracks as
-// bulk groups (bulk.cuh: commit, wait).
+// complete on an mbarrier, and 4-D tiled stores back that the issuing thread tracks as bulk groups
+// (bulk.cuh: commit, wait).
 #pragma once
 
 #include <cuda.h>
@@ -33,15 +33,6 @@ __device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensor
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2, int c3) {
   const int32_t coords[4] = {c0, c1, c2, c3};
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords, smem);
-}
-
-// Adds `smem` element-wise into the box at coordinates (c0 innermost .. c3) of `map`, in the map's element
-// type (f32 for the backward's dQ accumulator); tracked as a bulk group like the stores.
-__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2,
-                                                  int c3) {
-  const int32_t coords[4] = {c0, c1, c2, c3};
-  cuda::ptx::cp_reduce_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, map, coords,
-                                         smem);
 }
 
 // Pulls a descriptor into the constant cache ahead of its first use.
