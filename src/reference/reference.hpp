@@ -117,7 +117,8 @@ BackwardResult32 backward_naive(const Problem& problem, Precision precision, std
                                 std::span<const float> k, std::span<const float> v,
                                 std::span<const float> dout);
 
-// A nondeterministic seed (std::random_device); tests print it so that a failure can be replayed.
+// A nondeterministic seed (std::random_device); tests print it so that a failure can be replayed: with
+// the environment variable FLASH4_SEED set, every call returns that value instead.
 std::uint64_t fresh_seed();
 
 // n values drawn from normal(0, 1), rounded to `precision`; the same seed gives the same values.
