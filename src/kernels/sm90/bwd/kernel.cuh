@@ -169,7 +169,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
   if constexpr (kPaired) cluster_sync_all();
   else __syncthreads();
 
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  // At block_m = 64 read from lane 0, so that the compiler knows it is the same in every lane of a warp:
+  // what the consumers derive from it (the wgmma descriptors above all) then stays in uniform registers.
+  // Computed per lane, every descriptor of a K or V operand was rebuilt in vector registers and moved over
+  // (R2UR) before each wgmma there, eight instructions between consecutive issues. At block_m = 128 (D =
+  // 64) the descriptors are built before the issues either way, and the uniform index spilled 12 bytes.
+  const int thread_warpgroup = int(threadIdx.x / kWarpgroupThreads);
+  const int warpgroup = kCfg.block_m == 64 ? __shfl_sync(0xffffffffu, thread_warpgroup, 0) : thread_warpgroup;
   if (warpgroup == 0) {
     warpgroup_release_registers<kBwdProducerRegisters>();
     const int warp = threadIdx.x / 32;
