@@ -71,7 +71,8 @@ if [ -n "$prebuilt" ]; then
   done
   cat "$out"/tests-shard*.log >"$out/tests.log" && rm -f "$out"/tests-shard*.log
   passed=$(awk '/^\[  PASSED  \]/{s += $4} END {print s + 0}' "$out/tests.log")
-  failed=$(grep -c '^\[  FAILED  \] .*(' "$out/tests.log")
+  # Each failure prints two FAILED lines (its result and the final list); the result line ends in its time.
+  failed=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$out/tests.log")
   skipped=$(grep -c '^\[  SKIPPED \] .*(' "$out/tests.log")
   summary="GPU tests in $shards shards: $passed passed, $failed failed, $skipped skipped${crashed:+; shards that exited without a FAILED line:$crashed}"
   grep '^\[  FAILED  \] .*(' "$out/tests.log" | head -30

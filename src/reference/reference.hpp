@@ -109,13 +109,18 @@ BackwardResult64 backward_fp64(const Problem& problem, std::span<const float> q,
                                std::span<const float> v, std::span<const float> dout);
 
 // The naive same-precision backward: inputs rounded to `precision`, fp32 math, P and dS rounded to
-// `precision` before the matmuls that consume them, dq/dk/dv rounded to `precision` at the end.
+// `precision` before the matmuls that consume them, dq/dk/dv rounded to `precision` at the end. delta =
+// dout . O takes O from its own rounded forward, or, when `o` is given (laid out as q), from that: the
+// forward output a kernel's backward received, so that the baseline starts from the same O. Where dS
+// cancels (rows that see one to three keys) O's rounding is most of dS's error, and two forwards that
+// round O differently made the comparison a coin toss (a kernel at 2-3x the baseline's error in about one
+// run in a few hundred, with identical gradients from two library versions).
 struct BackwardResult32 {
   std::vector<float> dq, dk, dv;
 };
 BackwardResult32 backward_naive(const Problem& problem, Precision precision, std::span<const float> q,
                                 std::span<const float> k, std::span<const float> v,
-                                std::span<const float> dout);
+                                std::span<const float> dout, std::span<const float> o = {});
 
 // A nondeterministic seed (std::random_device); tests print it so that a failure can be replayed: with
 // the environment variable FLASH4_SEED set, every call returns that value instead.

@@ -4,7 +4,7 @@
 //   dq_i += scale dS_ij k_j,   dk_j += scale dS_ij q_i,   dv_j += P_ij dO_i
 // where s'_ij is the softcap derivative (1 when off). As in the forward, one template serves the fp64
 // reference and the naive fp32 baseline, which also rounds P and dS before the products that use them
-// and takes delta from its rounded O.
+// and takes delta from a rounded O: its own, or the forward output a kernel's backward was given.
 #include <utility>
 #include <vector>
 
@@ -30,10 +30,11 @@ struct Gradients {
 };
 
 // round_operand models the rounding of P and dS to the input precision before they enter a matmul.
+// given_o, when not empty, is the O that delta is taken from (laid out as q).
 template <typename Real, typename RoundOperand>
 Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, std::span<const float> k,
                                   std::span<const float> v, std::span<const float> dout,
-                                  RoundOperand round_operand) {
+                                  RoundOperand round_operand, std::span<const float> given_o = {}) {
   Gradients<Real> grad{std::vector<Real>(p.q_elements(), Real(0)), std::vector<Real>(p.kv_elements(), Real(0)),
                        std::vector<Real>(p.kv_elements(), Real(0))};
   for (int b = 0; b < p.batch; ++b) {
@@ -60,7 +61,12 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
           for (int d = 0; d < p.head_dim; ++d) o_row[d] += prob * static_cast<Real>(v_row[d]);
         }
         Real delta = 0;
-        for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * round_operand(o_row[d]);
+        if (given_o.empty()) {
+          for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * round_operand(o_row[d]);
+        } else {
+          const float* given_row = given_o.data() + p.q_index(b, i, h);
+          for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * static_cast<Real>(given_row[d]);
+        }
         for (int j = 0; j < sk; ++j) {
           if (row.prob[j] == 0) continue;
           const Real ds =
@@ -97,11 +103,13 @@ BackwardResult64 backward_fp64(const Problem& p, std::span<const float> q, std::
 
 BackwardResult32 backward_naive(const Problem& p, Precision precision, std::span<const float> q,
                                 std::span<const float> k, std::span<const float> v,
-                                std::span<const float> dout) {
+                                std::span<const float> dout, std::span<const float> o) {
   check_backward_inputs(p, q, k, v, dout);
+  if (!o.empty()) detail::check_size(o, p.q_elements(), "o");
   const auto round = [precision](float x) { return round_to(precision, x); };
   Gradients<float> grad = backward_all_rows<float>(p, round_all(precision, q), round_all(precision, k),
-                                                   round_all(precision, v), round_all(precision, dout), round);
+                                                   round_all(precision, v), round_all(precision, dout), round,
+                                                   round_all(precision, o));
   return {round_all(precision, grad.dq), round_all(precision, grad.dk), round_all(precision, grad.dv)};
 }
 

@@ -439,7 +439,8 @@ BackwardOutcome run_backward_case(const BackwardCase& c) {
     outcome.lse = within_tolerance("LSE", compare(device.lse(), exact.lse), compare(naive.lse, exact.lse), floor);
   }
   const ref::BackwardResult64 exact = ref::backward_fp64(problem, in.q, in.k, in.v, in.dout);
-  const ref::BackwardResult32 naive = ref::backward_naive(problem, precision, in.q, in.k, in.v, in.dout);
+  // The baseline takes delta from the O the kernel's backward was given (ref::backward_naive).
+  const ref::BackwardResult32 naive = ref::backward_naive(problem, precision, in.q, in.k, in.v, in.dout, device.o());
   outcome.dq = gradient_within_tolerance("dQ", device.dq(), naive.dq, exact.dq, floor);
   outcome.dk = gradient_within_tolerance("dK", device.dk(), naive.dk, exact.dk, floor);
   outcome.dv = gradient_within_tolerance("dV", device.dv(), naive.dv, exact.dv, floor);
