@@ -65,7 +65,9 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
           for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * round_operand(o_row[d]);
         } else {
           const float* given_row = given_o.data() + p.q_index(b, i, h);
-          for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * static_cast<Real>(given_row[d]);
+          for (int d = 0; d < p.head_dim; ++d) {
+            delta += static_cast<Real>(dout_row[d]) * static_cast<Real>(given_row[d]);
+          }
         }
         for (int j = 0; j < sk; ++j) {
           if (row.prob[j] == 0) continue;

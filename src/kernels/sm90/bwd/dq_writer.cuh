@@ -4,8 +4,8 @@
 // memory; the step's writer's first lane adds it into the workspace accumulator, which stores each query
 // block in the staging's order (BwdTileConfig::dq_staging_index), with one contiguous bulk reduce-add (no
 // per-element atomics; issuing one per row kept the warp busy most of each step at D = 64), and hands the
-// staging buffer back once the copy engine has read it. Keeping the issue (and, in deterministic mode, the wait for this query block's
-// turn) off the consumers lets their tensor-core work run on meanwhile.
+// staging buffer back once the copy engine has read it. Keeping the issue (and, in deterministic mode,
+// the wait for this query block's turn) off the consumers lets their tensor-core work run on meanwhile.
 //
 // Paired CTAs: rank 1's writer copies its partial into rank 0's partner buffer (one bulk copy completing
 // on rank 0's partner_dq_full) and hands its staging back when rank 0 signals partner_dq_taken; rank 0's
@@ -55,7 +55,8 @@ struct BwdDqWriter {
       }
       mbarrier_arrive_expect_bytes(&bars->partner_dq_full, kCfg.dq_buffer_bytes());
       mbarrier_wait(&bars->partner_dq_full, step % 2);
-      bulk_reduce_add_f32(block, reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset()), kCfg.dq_buffer_bytes());
+      const float* partner = reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset());
+      bulk_reduce_add_f32(block, partner, kCfg.dq_buffer_bytes());
     }
     bulk_commit_group();
     // The buffer goes back as soon as the copy engine has read it: in deterministic mode the wait for the

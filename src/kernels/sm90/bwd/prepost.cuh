@@ -167,7 +167,8 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(c
   const int64_t copy_stride = int64_t(p.heads_q) * p.rows_per_head * kHeadDim;
   const auto load_row = [&](AccumRun& run, int copy, int r) {
     const float* row_block = block + copy * copy_stride;
-    run.load_units([&](int e) { return row_block + kCfg.dq_staging_index(row0 - block_row0 + r, lane * kPerLane + e); });
+    const int row_in_block = row0 - block_row0 + r;
+    run.load_units([&](int e) { return row_block + kCfg.dq_staging_index(row_in_block, lane * kPerLane + e); });
   };
 
   AccumRun sum[kRowsPerWarp];
