@@ -42,7 +42,10 @@ elif [ $sweep = 1 ]; then
     declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
   elif [ "$mode" = change ]; then
     declare -A variants=()
+    shopt -s nullglob
     for dir in "$FLASH4_AB_BIN_DIR"/*/; do variants[$(basename "$dir")]=""; done
+    shopt -u nullglob
+    [ ${#variants[@]} -gt 0 ] || { echo "gpu-ab.sh change: no variant folders in $FLASH4_AB_BIN_DIR"; exit 1; }
   else
     declare -A variants=([policy]="" [release_per_warp]="-DFLASH4_BWD_RELEASE_PER_THREAD=OFF")
   fi
@@ -56,7 +59,9 @@ fi
 : >"$out/ab.jsonl"
 bench_dir() { if [ -n "${FLASH4_AB_BIN_DIR:-}" ]; then echo "$FLASH4_AB_BIN_DIR/$1"; else echo "$root/build-ab-$1"; fi; }
 built=()  # the variants with a bench to time (a failed build leaves out its variant, not an older binary)
-for variant in "${!variants[@]}"; do
+# In name order, so that the first variant of each repeat does not depend on bash's hashing.
+mapfile -t variant_names < <(printf '%s\n' "${!variants[@]}" | sort)
+for variant in "${variant_names[@]}"; do
   build=$(bench_dir "$variant")
   if [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
     { cmake -S "$root" -B "$build" -G Ninja -DFLASH4_BUILD_TESTS=OFF -DFLASH4_DTYPES=bf16 "-DFLASH4_HEAD_DIMS=64;128" \
@@ -97,7 +102,7 @@ if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   metrics=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
   : >"$out/ab-ncu.txt"
-  for variant in "${!variants[@]}"; do
+  for variant in "${variant_names[@]}"; do
     for d in 64 128; do
       echo "== $variant D=$d" >>"$out/ab-ncu.txt"
       LD_LIBRARY_PATH=$(bench_dir "$variant") "$ncu" --kernel-name regex:bwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \

@@ -160,7 +160,7 @@ def smem_components(arch: Arch, direction: str, d: int, m: int = TILE_M, n: int 
     H200 bwd (planned, FA3-like: two warpgroups split the n key rows, dK/dV in registers): K, V are A from
       smem once; Q and dO are B and read by both warpgroups in S^T, dP^T, dV, dK; P^T and dS^T are A from
       registers; dQ = dS K with the warpgroups splitting query rows (dS once, K twice); dS written to
-      smem; the fp32 dQ partial written to smem and read back by the TMA reduce-add.
+      smem; the fp32 dQ partial written to smem and read back by the bulk reduce-add.
     B200 fwd (FA4): tcgen05 M=128 per Q tile; Q, K, V from smem, P from TMEM. FA4: 768 cycles at D=128.
     B200 bwd (FA4, one CTA): of the 5 GEMMs' 10 operands, P^T and dS^T come from TMEM, 8 from smem; plus the
       dS store and the fp32 dQ store + read. FA4: 2048 + 256 + 1024 = 3328 cycles at D=128.

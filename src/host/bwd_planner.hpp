@@ -11,7 +11,7 @@ namespace flash4::host {
 
 // Byte offsets of the workspace arrays (each 256-byte aligned) and the total.
 struct BwdWorkspaceLayout {
-  std::size_t dq_accum = 0;    // fp32 [dq_copies][heads_q][rows_per_head][head_dim]
+  std::size_t dq_accum = 0;    // fp32 [dq_copies][heads_q][rows_per_head][head_dim], blocks in staging order
   std::size_t lse_log2 = 0;    // fp32 [heads_q][rows_per_head]
   std::size_t dsum = 0;        // fp32 [heads_q][rows_per_head]
   std::size_t semaphores = 0;  // int32 [dq_copies][heads_q][batch][m_blocks_max]

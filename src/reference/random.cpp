@@ -1,8 +1,10 @@
 // Random inputs for tests and the benchmark: unit-normal values, as attention inputs typically are
 // after layer norm, rounded to the kernel's input precision so that the reference sees exactly what the
 // kernel sees.
+#include <cerrno>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "reference/reference.hpp"
@@ -19,8 +21,16 @@ void append_normal(std::vector<float>& out, std::size_t n, Precision precision, 
 }  // namespace
 
 std::uint64_t fresh_seed() {
-  // FLASH4_SEED (a test's reported seed, decimal) replays that test's inputs.
-  if (const char* replay = std::getenv("FLASH4_SEED")) return std::stoull(replay);
+  // FLASH4_SEED (a test's reported seed, decimal) replays that test's inputs; empty counts as unset.
+  if (const char* replay = std::getenv("FLASH4_SEED"); replay != nullptr && *replay != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long seed = std::strtoull(replay, &end, 10);
+    if (*replay < '0' || *replay > '9' || *end != '\0' || errno == ERANGE) {
+      throw std::invalid_argument(std::string("FLASH4_SEED: not a decimal 64-bit seed: '") + replay + "'");
+    }
+    return seed;
+  }
   std::random_device device;
   // random_device yields 32 bits per call; two calls fill the 64-bit seed.
   return (static_cast<std::uint64_t>(device()) << 32) | device();

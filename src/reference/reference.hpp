@@ -123,7 +123,9 @@ BackwardResult32 backward_naive(const Problem& problem, Precision precision, std
                                 std::span<const float> dout, std::span<const float> o = {});
 
 // A nondeterministic seed (std::random_device); tests print it so that a failure can be replayed: with
-// the environment variable FLASH4_SEED set, every call returns that value instead.
+// the environment variable FLASH4_SEED set (decimal), every call returns that value instead, so every
+// tensor drawn with a default seed is then the same draw. A value that is not a decimal 64-bit number
+// throws std::invalid_argument naming it.
 std::uint64_t fresh_seed();
 
 // n values drawn from normal(0, 1), rounded to `precision`; the same seed gives the same values.

@@ -227,16 +227,16 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
 // The dQ staging order is also the accumulator's order within each query block (the writer adds a staged
 // partial with one contiguous reduce-add; the roles consumers and the postprocess index the accumulator
 // with it): unswizzled boxes of 32-byte rows, box b holding columns [8b, 8b + 8) of every row; every
-// element of the block_m x head_dim block exactly once, so a block's rows fill exactly its region; the
-// pair (col, col + 1) of an even col adjacent (float2 stores, red.v2 adds); and, split by keys, a warp's
-// float2 stores of one fragment column block (8 rows x 4 lanes) take the minimum two wavefronts (each
-// bank twice).
+// element of the block_m x head_dim block exactly once, so a block's rows fill exactly its region;
+// linear in rows and in whole boxes, as the stores and adds use it (a thread's base, its fragment row
+// and column within a box, plus a constant per 8-row x 8-column fragment block); and, split by keys, a
+// warp's float2 stores of one fragment column block (8 rows x 4 lanes) take the minimum two wavefronts
+// (each bank twice).
 TEST(BwdPlanner, DqStagingIsTheAccumulatorBlockOrder) {
   for (int d : {64, 96, 128, 192, 256}) {
     const BwdTileConfig tile = bwd_tile_config(d);
     ASSERT_EQ(tile.dq_box_cols() * 4, kDqBoxBytes) << d;
     if (tile.split == BwdSplit::kKeys) {
-      EXPECT_EQ(tile.dq_boxes() * tile.dq_box_floats() * 4, tile.dq_buffer_bytes()) << d;
       EXPECT_EQ(tile.dq_buffer_bytes(), tile.block_m * d * 4) << d;
     }
     std::vector<int> seen(tile.block_m * d, 0);
@@ -247,8 +247,16 @@ TEST(BwdPlanner, DqStagingIsTheAccumulatorBlockOrder) {
         ASSERT_LT(index, int(seen.size()));
         ++seen[index];
         EXPECT_EQ(index, (col / 8) * tile.block_m * 8 + row * 8 + col % 8) << d;
-        if (col % 2 == 0) {
-          EXPECT_EQ(tile.dq_staging_index(row, col + 1), index + 1) << d;
+      }
+    }
+    for (int row = 0; row < 8; ++row) {
+      for (int col = 0; col < 8; ++col) {
+        for (int row8 = 0; row8 < tile.block_m; row8 += 8) {
+          for (int col8 = 0; col8 < d; col8 += 8) {
+            ASSERT_EQ(tile.dq_staging_index(row + row8, col + col8),
+                      tile.dq_staging_index(row, col) + tile.dq_staging_index(row8, col8))
+                << d;
+          }
         }
       }
     }

@@ -99,7 +99,6 @@ struct BwdTileConfig {
   // made the backward 3% slower (geometric mean over 512..16K tokens, D = 64 and 128; up to 9%). The
   // postprocess reads the accumulator in this order.
   FLASH4_HD constexpr int dq_box_cols() const { return kDqBoxBytes / int(sizeof(float)); }
-  FLASH4_HD constexpr int dq_boxes() const { return head_dim / dq_box_cols(); }
   FLASH4_HD constexpr int dq_box_floats() const { return block_m * dq_box_cols(); }
   FLASH4_HD constexpr int dq_buffer_bytes() const {
     return split == BwdSplit::kKeys ? block_m * head_dim * int(sizeof(float)) : 0;
@@ -199,7 +198,7 @@ FLASH4_HD constexpr bool bwd_persistent_kernel(int head_dim, bool softcap) {
   static_assert(bwd_tile_config(D).smem_bytes() <= kSmemBytesPerBlockMax, "backward smem over budget");     \
   static_assert(bwd_tile_config(D).q_bytes() % kSmemAlignment == 0, "dO must start on a swizzle atom");     \
   static_assert(bwd_tile_config(D).head_dim % bwd_tile_config(D).dq_box_cols() == 0, "whole dQ boxes");       \
-  static_assert(bwd_tile_config(D).dq_offset() % 128 == 0, "TMA reads the dQ boxes from 128-byte alignment"); \
+  static_assert(bwd_tile_config(D).dq_offset() % 16 == 0, "the bulk reduce-add reads dQ 16-byte aligned");   \
   static_assert(bwd_tile_config(D).tile_cols() % bwd_tile_config(D).dq_cols_per_warpgroup() == 0, "dQ chunks"); \
   static_assert(bwd_tile_config(D).block_m % bwd_tile_config(D).box_cols() == 0, "whole 64-query boxes");      \
   static_assert(bwd_tile_config(D).consumer_warpgroups % bwd_tile_config(D).dq_row_slices() == 0, "dQ slices");

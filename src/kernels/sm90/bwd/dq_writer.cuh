@@ -21,7 +21,6 @@
 #include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
-#include "kernels/sm90/ptx/tma.cuh"
 
 namespace flash4::sm90 {
 

@@ -1,9 +1,9 @@
 // The two small kernels around the main backward:
 //  - preprocess: per query row, D = rowsum(dO * O) and LSE in log2 units into the padded workspace rows
 //    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0), the
-//    row of every fp32 dQ accumulator copy zeroed (the main kernel reduce-adds into the padded rows only,
-//    and the postprocess reads the sequence's rows; zeroed here rather than by a memset of the whole
-//    accumulator, one launch fewer), and the main kernel's tile counter reset;
+//    row of every fp32 dQ accumulator copy zeroed (the main kernel reduce-adds into the query blocks'
+//    regions only, padding rows included, and the postprocess reads within them; zeroed here rather than
+//    by a memset of the whole accumulator, one launch fewer), and the main kernel's tile counter reset;
 //  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
 //    deterministic mode), converted to the input dtype. The accumulator keeps each query block's floats
 //    in the main kernel's staging order (BwdTileConfig::dq_staging_index), so the zeroing of a block's

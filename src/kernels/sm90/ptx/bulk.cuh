@@ -26,8 +26,8 @@ __device__ __forceinline__ void bulk_load_multicast(void* smem, const void* glob
   cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, global, bytes, barrier, cta_mask);
 }
 
-// Bulk groups: the bulk and tensor (tma.cuh) stores and reduce-adds a thread issued since its last
-// commit form one group, which it can wait for.
+// Bulk groups: the bulk reduce-adds and tensor stores (tma.cuh) a thread issued since its last commit
+// form one group, which it can wait for.
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Adds `bytes` of fp32 values from this CTA's shared memory element-wise into global memory (both addresses
