@@ -14,6 +14,7 @@ them); --loop-of MNEMONIC picks the range from the first to the last instruction
 import argparse
 import collections
 import csv
+import signal
 import sys
 
 ADDRESS_BITS = 0xFFFFF  # ncu prints absolute addresses; their low bits locate an instruction in the kernel
@@ -29,6 +30,7 @@ def read_rows(path):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv")
     parser.add_argument("--first", help="first instruction address (hex)")
