@@ -75,6 +75,8 @@ struct BwdKernelParams {
   FLASH4_HD BwdWorkspaceRows workspace_rows() const {
     return BwdWorkspaceRows{bwd_tile_config(head_dim).block_m, seqlen_q, cu_seqlens_q != nullptr};
   }
+  // Floats from one copy of the dQ accumulator to the next (a kernel passes its compile-time head dim).
+  FLASH4_HD int64_t dq_copy_stride(int dim) const { return int64_t(heads_q) * rows_per_head * dim; }
 };
 
 }  // namespace flash4

@@ -201,6 +201,11 @@ struct BwdConsumerOps {
     }
   }
 
+  // The packed pair of accumulator entries (index, index + 1) times `scale`, as the stores write them.
+  __device__ __forceinline__ static uint32_t scaled_pair(const Gradient& acc, int index, float scale) {
+    return pack_pair<kIsBf16>(acc[index] * scale, acc[index + 1] * scale);
+  }
+
   // store_key_rows (below) through shared memory: `staging` is 64 rows of kSwizzle bytes (one 64-column
   // box) that no other warp reads or writes meanwhile, each warp using the 16 rows of its own fragments.
   // Per 64-column chunk, stmatrix puts the warp's packed pairs there (16-byte units XOR-swizzled by row,
@@ -241,9 +246,7 @@ struct BwdConsumerOps {
 #pragma unroll
       for (int b = 0; b < blocks; b += 2) {
         const int k = first_block + b;
-        const auto packed = [&](int block, int half) {
-          return pack_pair<kIsBf16>(acc[4 * block + 2 * half] * scale, acc[4 * block + 2 * half + 1] * scale);
-        };
+        const auto packed = [&](int block, int half) { return scaled_pair(acc, 4 * block + 2 * half, scale); };
         // The pair's units are b and b + 1 of the row: XOR-ing the even b into the lane's address moves it.
         store_matrix_x4(store_address ^ uint32_t(b * 16), packed(k, 0), packed(k, 1), packed(k + 1, 0), packed(k + 1, 1));
       }
@@ -278,7 +281,7 @@ struct BwdConsumerOps {
 #pragma unroll
       for (int k = 0; k < kHeadDim / 8; ++k) {
         const int col = 8 * k + 2 * (lane() % 4);
-        *reinterpret_cast<uint32_t*>(row + col) = pack_pair<kIsBf16>(acc[4 * k + 2 * i] * scale, acc[4 * k + 2 * i + 1] * scale);
+        *reinterpret_cast<uint32_t*>(row + col) = scaled_pair(acc, 4 * k + 2 * i, scale);
       }
     }
   }

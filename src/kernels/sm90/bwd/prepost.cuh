@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(co
     lse[r] = p.lse[lse_index];
   }
   const long long first_index = head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + row0;
-  const int64_t copy_stride = int64_t(p.heads_q) * p.rows_per_head * kHeadDim;
+  const int64_t copy_stride = p.dq_copy_stride(kHeadDim);
   LaneValues<float, kPerLane> zeros;
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) zeros.values[e] = 0.0f;
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(c
   const int block_row0 = row0 / kCfg.block_m * kCfg.block_m;
   const float* block =
       p.dq_accum + (head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + block_row0) * kHeadDim;
-  const int64_t copy_stride = int64_t(p.heads_q) * p.rows_per_head * kHeadDim;
+  const int64_t copy_stride = p.dq_copy_stride(kHeadDim);
   const auto load_row = [&](AccumRun& run, int copy, int r) {
     const float* row_block = block + copy * copy_stride;
     const int row_in_block = row0 - block_row0 + r;
