@@ -118,25 +118,27 @@ struct BwdConsumerOps {
     }
   }
 
-  // Writes 64 rows of dS^T (bf16 pairs of adjacent queries) from key_row0 (a multiple of 8) into the
+  // Writes 64 rows of dS^T (bf16 pairs of adjacent queries) from key_row0 (a multiple of 16) into the
   // block_n x block_m buffer: per 64-query box, 128-byte rows with the 128-byte swizzle (16-byte chunk
-  // index XOR row % 8), as wgmma reads it. The thread's rows share their swizzle phase, fragment_row() % 8,
-  // and bits 4..6 of their addresses are zero before the chunk is added (the buffer is 1 KiB aligned, rows
-  // are 128 bytes), so each store's address is (row address + chunk offset) XOR phase: computed from the
-  // buffer's address at each call, rather than 16 per-chunk offsets the compiler would keep live across
-  // the loop.
+  // index XOR row % 8), as wgmma reads it. A k16 step's four fragment registers are four 8 x 8 matrices
+  // (register r: row half r % 2, 8-query chunk r / 2 of the step) in stmatrix's register layout, so one
+  // stmatrix.x4 per step stores them: a quarter of the instructions of 32-bit stores, which wait in the
+  // same memory-instruction queue as the dQ staging behind the products' operand reads. Lane l gives the
+  // address of row l % 8 of matrix l / 8. Its rows' swizzle phase is l % 8, and bits 4..6 of a row's
+  // address are zero before the chunk is added (the buffer is 1 KiB aligned, rows are 128 bytes), so each
+  // address is (row address + chunk offset) XOR phase, computed from the buffer's address at each call
+  // rather than kept live across the loop.
   __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
     constexpr int kChunksPerBox = kSwizzle / 16;
-    const uint32_t row_address = smem_address(ds_tile) + (key_row0 + fragment_row()) * kSwizzle + 4 * (lane() % 4);
-    const uint32_t phase = (fragment_row() % 8) << 4;
+    const int matrix = lane() / 8;
+    const int row = key_row0 + warp_in_group() * 16 + 8 * (matrix % 2) + lane() % 8;
+    const uint32_t row_address = smem_address(ds_tile) + row * kSwizzle;
+    const uint32_t phase = (lane() % 8) << 4;
 #pragma unroll
     for (int step = 0; step < kBlockM / 16; ++step) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int chunk = 2 * step + r / 2;  // 8-query column block
-        const uint32_t offset = (r % 2) * 8 * kSwizzle + (chunk / kChunksPerBox) * kQueryBoxBytes + (chunk % kChunksPerBox) * 16;
-        store_shared_u32((row_address + offset) ^ phase, frag[step][r]);
-      }
+      const int chunk = 2 * step + matrix / 2;  // 8-query column block
+      const uint32_t offset = (chunk / kChunksPerBox) * kQueryBoxBytes + (chunk % kChunksPerBox) * 16;
+      store_matrix_x4((row_address + offset) ^ phase, frag[step][0], frag[step][1], frag[step][2], frag[step][3]);
     }
   }
 
