@@ -130,15 +130,23 @@ struct BwdConsumerOps {
   // rather than kept live across the loop.
   __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
     constexpr int kChunksPerBox = kSwizzle / 16;
-    const int matrix = lane() / 8;
-    const int row = key_row0 + warp_in_group() * 16 + 8 * (matrix % 2) + lane() % 8;
-    const uint32_t row_address = smem_address(ds_tile) + row * kSwizzle;
-    const uint32_t phase = (lane() % 8) << 4;
+    static_assert(kChunksPerBox % 2 == 0, "a step's two chunks lie in one box");
+    // The thread index made opaque: otherwise the compiler computes the lane's address offset before the
+    // tile's loop and keeps it live across it (at block_m = 128 that spilled).
+    uint32_t thread = threadIdx.x;
+    asm volatile("" : "+r"(thread));
+    const int lane = int(thread % 32);
+    const int matrix = lane / 8;
+    const int row = key_row0 + int(thread / 32 % 4) * 16 + 8 * (matrix % 2) + lane % 8;
+    // The lane's row, and its chunk of the step's two (8-query column blocks 2 step + matrix / 2).
+    const uint32_t lane_address = smem_address(ds_tile) + row * kSwizzle + (matrix / 2) * 16;
+    // row % 8 in bits 4..6, taken from the address's bits 7..9 so that only the address stays live.
+    const uint32_t phase = (lane_address >> 3) & (7u << 4);
 #pragma unroll
     for (int step = 0; step < kBlockM / 16; ++step) {
-      const int chunk = 2 * step + matrix / 2;  // 8-query column block
+      const int chunk = 2 * step;
       const uint32_t offset = (chunk / kChunksPerBox) * kQueryBoxBytes + (chunk % kChunksPerBox) * 16;
-      store_matrix_x4((row_address + offset) ^ phase, frag[step][0], frag[step][1], frag[step][2], frag[step][3]);
+      store_matrix_x4((lane_address + offset) ^ phase, frag[step][0], frag[step][1], frag[step][2], frag[step][3]);
     }
   }
 
