@@ -258,7 +258,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           // dQ last, staged after it, the same speed: 0.999 in geometric mean; this order's register peak
           // is lower).
           char* ds_tile = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers());
-          Ops::store_ds(ds_tile, ds_frag, warpgroup * kKeys);
+          Ops::template store_ds<!kSoftcap>(ds_tile, ds_frag, warpgroup * kKeys);
           fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
           named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);
 

@@ -126,15 +126,16 @@ struct BwdConsumerOps {
   // same memory-instruction queue as the dQ staging behind the products' operand reads. Lane l gives the
   // address of row l % 8 of matrix l / 8. Its rows' swizzle phase is l % 8, and bits 4..6 of a row's
   // address are zero before the chunk is added (the buffer is 1 KiB aligned, rows are 128 bytes), so each
-  // address is (row address + chunk offset) XOR phase, computed from the buffer's address at each call
-  // rather than kept live across the loop.
+  // address is (row address + chunk offset) XOR phase. kOpaqueThread: the thread index is made opaque, so
+  // that the lane's address is computed at each call rather than before the tile's loop and kept live
+  // across it. Which of the two fits differs by kernel (block_m = 128: without softcap the hoisted address
+  // spilled 4 bytes, with softcap the recomputed one 8); -Xptxas -v shows no spill with the callers' choice.
+  template <bool kOpaqueThread>
   __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
     constexpr int kChunksPerBox = kSwizzle / 16;
     static_assert(kChunksPerBox % 2 == 0, "a step's two chunks lie in one box");
-    // The thread index made opaque: otherwise the compiler computes the lane's address offset before the
-    // tile's loop and keeps it live across it (at block_m = 128 that spilled).
     uint32_t thread = threadIdx.x;
-    asm volatile("" : "+r"(thread));
+    if constexpr (kOpaqueThread) asm volatile("" : "+r"(thread));
     const int lane = int(thread % 32);
     const int matrix = lane / 8;
     const int row = key_row0 + int(thread / 32 % 4) * 16 + 8 * (matrix % 2) + lane % 8;

@@ -233,7 +233,7 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
         }
         Fragments ds_frag;
         issue_gradient_of(dk, dp, ds_frag, q_tile);
-        Ops::store_ds(ds_tile, ds_frag, 0);
+        Ops::template store_ds<true>(ds_tile, ds_frag, 0);
         fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
         named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);
         finish_step<kGradientsRole>(p, work, ds_tile, head, m_block, dk, ds_frag, ring);
