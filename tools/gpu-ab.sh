@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A/B runs on the H200, bf16 at head dims 64 and 128, 16K tokens (B=1, H=2048/D), causal and not, two
-# repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json.
+# repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json (and, for the sweep
+# modes, $1/ab-clocks.txt: the SM clock and power while each variant ran).
 #   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid|release|change]
 #   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
 #                  off; longest-first order off);
@@ -85,6 +86,36 @@ for variant in "${variant_names[@]}"; do
     done
   done
 done
+# The SM clock and board power while a sweep runs (nvidia-smi every 50 ms), one line per variant and repeat in
+# $out/ab-clocks.txt: under the backward sweeps the H200 sits at its power cap, so a variant that does more
+# (or less) work per step may run at a lower (or higher) clock, which the TFLOPS alone do not show.
+start_clock_samples() {
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 >"$out/clock-samples.csv" 2>/dev/null &
+  clock_sampler=$!
+}
+stop_clock_samples() {
+  kill "$clock_sampler" 2>/dev/null
+  wait "$clock_sampler" 2>/dev/null
+  python3 - "$1" "$out/clock-samples.csv" >>"$out/ab-clocks.txt" <<'PY'
+import statistics, sys
+samples = []
+for line in open(sys.argv[2]):
+    fields = [f.strip() for f in line.split(",")]
+    try:
+        samples.append((float(fields[0]), float(fields[1])))
+    except (ValueError, IndexError):
+        continue
+# Only the busy samples: the gaps between cases (set-up, the CPU side) idle at low power and clock.
+busy = [s for s in samples if samples and s[1] >= 0.5 * max(p for _, p in samples)]
+if busy:
+    print(f"{sys.argv[1]}: median SM clock {statistics.median(c for c, _ in busy):.0f} MHz, median power "
+          f"{statistics.median(p for _, p in busy):.0f} W over {len(busy)} of {len(samples)} samples")
+else:
+    print(f"{sys.argv[1]}: no clock samples")
+PY
+  rm -f "$out/clock-samples.csv"
+}
+: >"$out/ab-clocks.txt"
 if [ $sweep = 1 ]; then  # the whole sweep in one process per variant and repeat: a process per shape overran 600 s
   reversed=()
   for ((i = ${#built[@]} - 1; i >= 0; --i)); do reversed+=("${built[$i]}"); done
@@ -94,7 +125,9 @@ if [ $sweep = 1 ]; then  # the whole sweep in one process per variant and repeat
     for variant in "${order[@]}"; do
       build=$(bench_dir "$variant")
       tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]"
+      start_clock_samples
       LD_LIBRARY_PATH=$build "$build/flash4-bench" --json --all --mode bwd --iters 30 | python3 -c "$tag" >>"$out/ab.jsonl"
+      stop_clock_samples "$variant repeat $repeat"
     done
   done
 fi
@@ -121,6 +154,7 @@ fi
 python3 "$root/tools/merge_bench.py" "$out/ab.json" "$out/ab.jsonl" "$out/ab-peers.jsonl" \
   --commit "${FLASH4_COMMIT:-unknown}" --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
   --software "$(nvcc --version | tail -1)" --note "A/B ($mode): flash4 rows carry 'variant' and 'repeat'" >/dev/null
+cat "$out/ab-clocks.txt"
 python3 - "$out/ab.jsonl" <<'PY'
 import json, sys, collections
 rows = [json.loads(line) for line in open(sys.argv[1])]
