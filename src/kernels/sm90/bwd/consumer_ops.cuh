@@ -48,6 +48,13 @@ struct BwdConsumerOps {
   __device__ __forceinline__ static int warp_in_group() { return (threadIdx.x / 32) % 4; }
   // This thread's first accumulator row within a 64-row wgmma tile (its second is 8 below).
   __device__ __forceinline__ static int fragment_row() { return warp_in_group() * 16 + lane() / 4; }
+  // threadIdx.x made opaque to the compiler: addresses computed from it are then computed at each use
+  // rather than before the tile's loop and kept live across it, where registers are scarce.
+  __device__ __forceinline__ static uint32_t opaque_thread_index() {
+    uint32_t thread = threadIdx.x;
+    asm volatile("" : "+r"(thread));
+    return thread;
+  }
 
   // The warp is done with a stage (its wgmmas waited for, its LSE / D loads consumed); paired, the
   // stage's barrier in both CTAs hears it, since either CTA's next multicast overwrites the stage in both.
@@ -126,16 +133,15 @@ struct BwdConsumerOps {
   // same memory-instruction queue as the dQ staging behind the products' operand reads. Lane l gives the
   // address of row l % 8 of matrix l / 8. Its rows' swizzle phase is l % 8, and bits 4..6 of a row's
   // address are zero before the chunk is added (the buffer is 1 KiB aligned, rows are 128 bytes), so each
-  // address is (row address + chunk offset) XOR phase. kOpaqueThread: the thread index is made opaque, so
-  // that the lane's address is computed at each call rather than before the tile's loop and kept live
-  // across it. Which of the two fits differs by kernel (block_m = 128: without softcap the hoisted address
+  // address is (row address + chunk offset) XOR phase. kOpaqueThread: the lane's address comes from
+  // opaque_thread_index(), so it is computed at each call rather than kept live across the tile's loop.
+  // Which of the two fits differs by kernel (block_m = 128: without softcap the hoisted address
   // spilled 4 bytes, with softcap the recomputed one 8); -Xptxas -v shows no spill with the callers' choice.
   template <bool kOpaqueThread>
   __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
     constexpr int kChunksPerBox = kSwizzle / 16;
     static_assert(kChunksPerBox % 2 == 0, "a step's two chunks lie in one box");
-    uint32_t thread = threadIdx.x;
-    if constexpr (kOpaqueThread) asm volatile("" : "+r"(thread));
+    const uint32_t thread = kOpaqueThread ? opaque_thread_index() : threadIdx.x;
     const int lane = int(thread % 32);
     const int matrix = lane / 8;
     const int row = key_row0 + int(thread / 32 % 4) * 16 + 8 * (matrix % 2) + lane % 8;
@@ -237,10 +243,9 @@ struct BwdConsumerOps {
     constexpr int kChunks = (kBlocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
     constexpr int kReadRounds = kWarpRows * kUnitsPerRow / 32;
     static_assert(kBlocks % 2 == 0, "stmatrix.x4 takes two fragment blocks");
-    // The thread index made opaque here: otherwise the compiler computes the addresses below from it before
-    // the tile's loop and keeps them live across it, where the D = 128 consumers have no registers left.
-    uint32_t thread = threadIdx.x;
-    asm volatile("" : "+r"(thread));
+    // Opaque here: otherwise the addresses below stay live across the tile's loop, where the D = 128
+    // consumers have no registers left.
+    const uint32_t thread = opaque_thread_index();
     const int lane = int(thread % 32);
     const int warp = int(thread / 32 % 4);
     const uint32_t warp_rows = smem_address(staging) + warp * kWarpRows * kRowBytes;
