@@ -45,6 +45,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   using typename Ops::Gradient;
   using typename Ops::Scores;
   static constexpr int kKeys = kCfg.keys_per_warpgroup();
+  using Handoff = DqHandoff<kCfg.cluster_ctas>;
   // dV is issued as soon as P^T is ready, before dS^T is computed, when its fragments fit beside S^T (the
   // fp32 P^T that dS^T is computed from), dP^T and the dK / dV accumulators: at block_m = 128 (D = 64)
   // these would take 64 + 32 + 64 + 64 registers.
@@ -57,7 +58,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   BwdBarriers<kCfg.stages>* bars;
   // Run on over the CTA's tiles, like the producer's and the dQ writers'.
   RingPosition<kCfg.stages> ring{};
-  // Whose step it is (dq_full_barrier). With as many stages as writers the stage index says it too, since
+  // Whose step it is (Handoff::full). With as many stages as writers the stage index says it too, since
   // the ring advances once per step. Which of the two ptxas fits in 240 registers differs: the stage at
   // block_m = 64 (D = 96, 128), the counter at block_m = 128 (D = 64; its softcap kernel spilled with the
   // stage); -Xptxas -v shows no spill either way chosen here.
@@ -116,13 +117,12 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   }
 
   // Stages step `step`'s dQ for its writer warp: waits until the previous step's reduce-adds have read the
-  // buffer, writes this warpgroup's slice, and signals the writer without waiting for it.
+  // slice (paired: the buffer), writes this warpgroup's slice, and signals the writer without waiting for it.
   __device__ __forceinline__ void hand_off_dq(const DqSlice& dq) const {
-    named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+    named_barrier_sync(Handoff::empty(warpgroup), Handoff::kThreads);
     stage_dq(dq);
     fence_async_shared();  // the bulk reduce-add reads the staging boxes through the async proxy
-    named_barrier_arrive(dq_full_barrier(kStepFromStage ? ring.stage : step, bwd_dq_writer_warps(kCfg.cluster_ctas)),
-                         kBwdDqHandoffThreads);
+    named_barrier_arrive(Handoff::full(kStepFromStage ? ring.stage : step, warpgroup), Handoff::kThreads);
   }
 
   // dK and dV of the warpgroup's keys, staged through its own rows of the dS^T buffer that the next step
@@ -145,9 +145,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
 
   // After the last tile: the writers hand the staging buffer back after every step, so the consumers take
   // it once more.
-  __device__ __forceinline__ void finish() const {
-    named_barrier_sync(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
-  }
+  __device__ __forceinline__ void finish() const { named_barrier_sync(Handoff::empty(warpgroup), Handoff::kThreads); }
 
   // One tile.
   template <bool kSoftcap>

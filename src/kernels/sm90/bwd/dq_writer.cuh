@@ -4,7 +4,8 @@
 // memory; the step's writer's first lane adds it into the workspace accumulator, which stores each query
 // block in the staging's order (BwdTileConfig::dq_staging_index), with one contiguous bulk reduce-add (no
 // per-element atomics; issuing one per row kept the warp busy most of each step at D = 64), and hands the
-// staging buffer back once the copy engine has read it. Keeping the issue (and, in deterministic mode,
+// staging buffer back (to each warpgroup on its own barrier, unpaired: pipeline.cuh) once the copy engine
+// has read it. Keeping the issue (and, in deterministic mode,
 // the wait for this query block's turn) off the consumers lets their tensor-core work run on meanwhile.
 //
 // Paired CTAs: rank 1's writer copies its partial into rank 0's partner buffer (one bulk copy completing
@@ -27,7 +28,8 @@ namespace flash4::sm90 {
 template <int kHeadDim>
 struct BwdDqWriter {
   static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
-  static constexpr int kWriters = bwd_dq_writer_warps(kCfg.cluster_ctas);
+  using Handoff = DqHandoff<kCfg.cluster_ctas>;
+  static constexpr int kWriters = Handoff::kWriters;
 
   char* smem;
   BwdBarriers<kCfg.stages>* bars;
@@ -36,7 +38,26 @@ struct BwdDqWriter {
 
   // Before the first tile: the staging buffer starts free.
   __device__ __forceinline__ void start() const {
-    if (writer == 0) named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+    if (writer == 0) hand_back();
+  }
+
+  // The staged partial is complete once every warpgroup has handed its slice over (paired: once both
+  // have, on one barrier). The barrier ids are constants, one branch per writer: computed from the step (or
+  // the writer index), the second id took a 25th register of the writer's 24 (a 4-byte spill).
+  template <int kWriter>
+  __device__ __forceinline__ static void wait_staged_by() {
+#pragma unroll
+    for (int w = 0; w < Handoff::kBarrierSets; ++w) named_barrier_sync(Handoff::full(kWriter, w), Handoff::kThreads);
+  }
+  __device__ __forceinline__ void wait_staged() const {
+    static_assert(kWriters <= 2, "one branch per writer");
+    if (kWriters == 1 || writer == 0) wait_staged_by<0>();
+    else wait_staged_by<1>();
+  }
+  // The staging buffer may be overwritten again.
+  __device__ __forceinline__ void hand_back() const {
+#pragma unroll
+    for (int w = 0; w < Handoff::kBarrierSets; ++w) named_barrier_arrive(Handoff::empty(w), Handoff::kThreads);
   }
 
   // Lane 0 only: the bulk groups it commits are its own to wait for. Paired, rank 0 adds the partner's
@@ -68,14 +89,14 @@ struct BwdDqWriter {
   // staging buffer goes back to the consumers once rank 0 has taken it. (Paired, one writer warp.)
   __device__ void run_sender(const BwdTileWork& work) {
     for (const int end = step + work.num_steps(); step < end; ++step) {
-      named_barrier_sync(dq_full_barrier(step, kWriters), kBwdDqHandoffThreads);
+      wait_staged();
       if (threadIdx.x % 32 == 0) {
         bulk_copy_to_cluster_cta(cluster_shared_address(smem + kCfg.dq_partner_offset(), 0), smem + kCfg.dq_offset(),
                                  kCfg.dq_buffer_bytes(), cluster_shared_address(&bars->partner_dq_full, 0));
         mbarrier_wait_cluster(&bars->partner_dq_taken, step % 2);
       }
       __syncwarp();
-      named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+      hand_back();
     }
   }
 
@@ -95,11 +116,10 @@ struct BwdDqWriter {
           fence_async_global();  // the reduce-adds below come after the predecessor's, seen through the flag
         }
         __syncwarp();  // bar.sync wants the whole warp
-        named_barrier_sync(dq_full_barrier(step, kWriters), kBwdDqHandoffThreads);
+        wait_staged();
         if (leader) add_step(p, work, target.copy, head, m_block);
         __syncwarp();
-        // Handed back after every step, the last included: the consumers take it once more at their end.
-        named_barrier_arrive(int(BwdBarrierId::kDqEmpty), kBwdDqHandoffThreads);
+        hand_back();  // after every step, the last included: the consumers take it once more at their end
         if (target.semaphore != nullptr && leader) {
           bulk_wait_group_all();  // the adds themselves, not just their reads, before the successor's turn
           fence_async_global();
