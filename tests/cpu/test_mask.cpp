@@ -86,6 +86,55 @@ TEST(MaskRanges, QueryBlocksOfEachKeyBlockMatchBruteForce) {
   }
 }
 
+// The backward's masked steps take each key's visible entries as a run of fragment columns
+// (rows_seeing_key, then fragment_run): for keys near the edges (some past seqlen_k) and blocks starting
+// before, on and after the diagonals, the span and the run must agree with key_visible on every row.
+// Huge lengths and windows check that the offsets neither overflow nor lose the answer.
+TEST(MaskRanges, RowSpanOfEachKeyMatchesKeyVisible) {
+  std::vector<MaskCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({2000000000, 2000000000, -1, 0});
+  cases.push_back({5, 2000000000, 1999999990, 3});
+  cases.push_back({2000000000, 7, -1, 2000000000});
+  for (const MaskCase& c : cases) {
+    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
+    const int diagonal = mask.diagonal();
+    for (int count : {64, 128}) {
+      // Blocks near the diagonal of the first and last keys, where the spans start and end.
+      const int interesting_rows[] = {0, c.seqlen_q - 1, -diagonal, c.seqlen_k - 1 - diagonal,
+                                      c.seqlen_q / 2, -diagonal + c.seqlen_k / 2};
+      for (int anchor : interesting_rows) {
+        for (int shift : {-count - 3, -count / 2, -5, 0, 3, count / 3}) {
+          const long long row0_wide = (long long)anchor + shift;
+          if (row0_wide < 0 || row0_wide > (long long)c.seqlen_q + count) continue;  // the kernels' rows
+          const int row0 = int(row0_wide);
+          for (int key_offset : {-2, -1, 0, 1, 5}) {
+            for (int key_anchor : {0, c.seqlen_k - 1, row0 + diagonal, row0 + diagonal + count - 1}) {
+              const long long key_wide = (long long)key_anchor + key_offset;
+              if (key_wide < 0 || key_wide > 2100000000LL) continue;
+              const int key = int(key_wide);
+              const RowSpan span = rows_seeing_key(mask, key, row0, count);
+              const FragmentRun run = fragment_run(span);
+              for (int r = 0; r < count; ++r) {
+                const bool expected = key_visible(mask, row0 + r, key);
+                ASSERT_EQ(span.contains(r), expected)
+                    << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left << ", " << c.right
+                    << ") key " << key << " row " << row0 + r;
+                // A thread's fragment columns (offset 8 k + j, numbered 2 k + j) in the run.
+                if (r % 8 < 2) {
+                  const int number = 2 * (r / 8) + r % 8;
+                  ASSERT_EQ(number >= run.begin && number < run.end, expected)
+                      << "fragment column " << r << " of the run [" << run.begin << ", " << run.end << ") for key " << key
+                      << " rows from " << row0;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The deterministic backward orders the dQ reduce-adds of query block m by key block, counting turns from
 // key_block_range(m).begin: that needs the key blocks whose query_block_range holds m to be exactly
 // [key_block_range(m).begin, key_block_range(m).end), with the backward's block sizes (64 x 128).

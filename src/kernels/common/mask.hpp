@@ -26,6 +26,46 @@ FLASH4_HD bool key_visible(const MaskSpec& mask, int row, int col) {
          (mask.window_left < 0 || col >= diag - mask.window_left);
 }
 
+// The rows among [row0, row0 + count) that see key `key`, as offsets from row0: key_visible(mask, row0 + r,
+// key) holds exactly for first <= r <= last (first > last: none; a key past seqlen_k is seen by no row).
+// The offsets are clamped to [0, count] and [-1, count - 1], which keeps that equivalence for every r in
+// [0, count); the comparisons come before the subtractions, so nothing overflows for any lengths below
+// 2^31 - count (0 <= key, 0 <= row0 <= seqlen_q + count). A masked backward step computes this once per
+// key, so that its entries cost a few instructions in all instead of the window evaluated per entry
+// (which had made a masked step take about twice an unmasked one).
+struct RowSpan {
+  int first;
+  int last;
+  FLASH4_HD bool contains(int offset) const { return first <= offset && offset <= last; }
+};
+
+FLASH4_HD RowSpan rows_seeing_key(const MaskSpec& mask, int key, int row0, int count) {
+  if (key >= mask.seqlen_k) return RowSpan{count, -1};
+  // Key j is visible to row i iff i >= j - diag - right and i <= j - diag + left (see key_visible); as
+  // offsets, r >= base - right and r <= base + left. (key - seqlen_k) + seqlen_q lies in [seqlen_q - seqlen_k,
+  // seqlen_q), so base needs no wider type.
+  const int base = (key - mask.seqlen_k) + mask.seqlen_q - row0;
+  int first = 0;
+  if (mask.window_right >= 0 && base > mask.window_right) first = min_int(base - mask.window_right, count);
+  int last = count - 1;
+  if (mask.window_left >= 0 && base < count - 1 - mask.window_left) last = max_int(base + mask.window_left, -1);
+  return RowSpan{first, last};
+}
+
+// A thread's accumulator columns in a wgmma fragment lie at offsets 8 k + j (k < columns / 8, j < 2) from
+// its first one; numbered 2 k + j in that order, the ones inside a RowSpan are one run of numbers
+// [begin, end), found with a few instructions instead of a test per entry.
+struct FragmentRun {
+  int begin;
+  int end;
+};
+// How many of those offsets lie below `offset` (0 <= offset <= columns): two per full group of 8, and j < 2.
+FLASH4_HD int fragment_offsets_below(int offset) { return 2 * (offset / 8) + min_int(offset % 8, 2); }
+FLASH4_HD FragmentRun fragment_run(RowSpan span) {
+  const int begin = fragment_offsets_below(span.first);
+  return FragmentRun{begin, span.last < span.first ? begin : fragment_offsets_below(span.last + 1)};
+}
+
 // The key blocks one query block [m0, m0 + block_m) must visit, and the sub-range whose blocks need no
 // per-element mask for any of its rows (so the main loop skips the mask arithmetic there).
 struct KeyBlockRange {

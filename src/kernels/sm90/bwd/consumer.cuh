@@ -66,7 +66,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   int step = 0;  // unused when kStepFromStage
 
   // Softcap: P^T and dS^T in place of S^T and dP^T, the score's tanh feeding both (dS picks up the
-  // derivative 1 - tanh^2), then their A fragments. The mask comes as bits (Ops::visibility_bits),
+  // derivative 1 - tanh^2), then their A fragments. The mask comes as runs (Ops::mask_runs),
   // computed before the step's products are issued: the mask's fields and coordinates then need no
   // registers while the tanh temporaries do. (At block_m = 128 this pass is where registers are scarcest;
   // packing each pair as soon as it is computed spilled there.)
@@ -74,7 +74,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   __device__ __forceinline__ static void softcapped_fragments(Scores& s, Scores& dp, Fragments& p_frag,
                                                               Fragments& ds_frag, const float* lse_log2,
                                                               const float* dsum, const BwdKernelParams& p,
-                                                              typename Ops::VisibilityBits visible) {
+                                                              typename Ops::MaskRuns runs) {
+    const typename Ops::VisibilityBits visible = Ops::visibility_bits(runs);
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const int col = 8 * k + 2 * (lane() % 4);
@@ -86,7 +87,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
         const float t = tanh_approx(s[index] * p.softcap_prescale);
         float prob = ex2_approx(t * p.scale_log2 - (r % 2 == 0 ? lse.x : lse.y));
         if constexpr (kMasked) {
-          if (!(visible >> index & 1)) prob = 0.0f;
+          if (!Ops::is_visible(visible, k, r / 2, r % 2)) prob = 0.0f;
         }
         dp[index] = prob * (dp[index] - (r % 2 == 0 ? d.x : d.y)) * (1.0f - t * t);
         s[index] = prob;
@@ -188,9 +189,9 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
           const int key0 = work.n0 + warpgroup * kKeys + fragment_row();
           const int query0 = m_block * kBlockM;
           const bool masked = work.queries.needs_mask(m_block);
-          // Softcap: the mask bits before the products are issued, while S^T and dP^T take no registers.
-          typename Ops::VisibilityBits visible = ~typename Ops::VisibilityBits(0);
-          if (kSoftcap && masked) visible = Ops::visibility_bits(mask, key0, query0);
+          // Softcap: the mask before the products are issued, while S^T and dP^T take no registers.
+          typename Ops::MaskRuns runs = Ops::kAllVisible;
+          if (kSoftcap && masked) runs = Ops::mask_runs(mask, key0, query0);
           mbarrier_wait(&bars->stage_full[ring.stage], ring.phase);
           const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
           const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
@@ -215,8 +216,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
             wgmma_wait<0>();
             pin_registers(s);
             pin_registers(dp);
-            if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, visible);
-            else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, visible);
+            if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, runs);
+            else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, runs);
             wgmma_fence();
             Ops::issue_gradient(dv, p_frag, do_tile);
             wgmma_commit();

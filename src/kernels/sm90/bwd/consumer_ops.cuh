@@ -171,14 +171,58 @@ struct BwdConsumerOps {
   }
   __device__ __forceinline__ static float2 row_stat(const RowStats& stats, int k) { return stats[k]; }
 
+  // A masked step's mask as this thread's two runs of visible entries (one per key: key0 and key0 + 8,
+  // entry 4 k + 2 i + j being query query0 + 8 k + 2 (lane % 4) + j and key key0 + 8 i; see fragment_run),
+  // their four bounds (at most kBlockM / 4) packed into one register. The softcap passes take it from
+  // before the step's products are issued, when S^T and dP^T take no registers, and expand it into bits at
+  // their use; probabilities() builds it in place at block_m = 64. Against the window evaluated per entry
+  // (about 8 instructions each, which made a masked D = 128 step cost about two unmasked ones): causal
+  // D = 128 1.08x at 512 tokens to 1.00x at 16K, same-run A/B (docs/design.md).
+  using MaskRuns = uint32_t;
+  static constexpr int kRunBoundBits = 8;
+  static_assert(kBlockM / 4 < (1 << kRunBoundBits), "a run bound fits its field");
+  __device__ __forceinline__ static MaskRuns mask_runs(const MaskSpec& mask, int key0, int query0) {
+    MaskRuns runs = 0;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const FragmentRun run = fragment_run(rows_seeing_key(mask, key0 + 8 * i, query0 + 2 * (lane() % 4), kBlockM));
+      runs |= MaskRuns(run.begin) << (2 * i * kRunBoundBits) | MaskRuns(run.end) << ((2 * i + 1) * kRunBoundBits);
+    }
+    return runs;
+  }
+  static constexpr MaskRuns kAllVisible =
+      MaskRuns(kBlockM / 4) << kRunBoundBits | MaskRuns(kBlockM / 4) << (3 * kRunBoundBits);
+
+  // The mask as one bit per accumulator entry: entry 4 k + 2 i + j is visibility_bit(k, i, j), so that each
+  // key's run is one run of bits.
+  static constexpr int visibility_bit(int k, int i, int j) { return i * (kBlockM / 4) + 2 * k + j; }
+  __device__ __forceinline__ static VisibilityBits visibility_bits(MaskRuns runs) {
+    VisibilityBits visible = 0;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int begin = runs >> (2 * i * kRunBoundBits) & ((1u << kRunBoundBits) - 1);
+      const int end = runs >> ((2 * i + 1) * kRunBoundBits) & ((1u << kRunBoundBits) - 1);
+      visible |= VisibilityBits((1ull << end) - (1ull << begin)) << visibility_bit(0, i, 0);
+    }
+    return visible;
+  }
+  __device__ __forceinline__ static bool is_visible(VisibilityBits visible, int k, int i, int j) {
+    return visible >> visibility_bit(k, i, j) & 1;
+  }
+
   // P^T = exp2(S^T scale_log2 - LSE), in place in s; masked entries 0. Padding rows have LSE = +inf and
-  // so P = 0 there too.
+  // so P = 0 there too. At block_m = 128 the mask bits spilled (20 bytes built here; 8-16 bytes carried
+  // across the products from before them; none with the runs carried and the LSE read at its use, a
+  // variant that measured 0.968 in geometric mean at D = 64 non-causal), so the window is evaluated per
+  // entry there.
+  static constexpr bool kMaskBitsInProbabilities = kBlockM == 64;
   template <bool kMasked, class Stats>
   __device__ __forceinline__ static void probabilities(Scores& s, const Stats& lse_log2, const BwdKernelParams& p,
                                                        const MaskSpec& mask, int key0, int query0) {
+    const VisibilityBits visible =
+        kMasked && kMaskBitsInProbabilities ? visibility_bits(mask_runs(mask, key0, query0)) : ~VisibilityBits(0);
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
-      const int col = 8 * k + 2 * (lane() % 4);
       const float2 lse = row_stat(lse_log2, k);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -187,24 +231,16 @@ struct BwdConsumerOps {
           const int index = 4 * k + 2 * i + j;
           float prob = ex2_approx(s[index] * p.scale_log2 - (j == 0 ? lse.x : lse.y));
           if constexpr (kMasked) {
-            if (!key_visible(mask, query0 + col + j, key0 + 8 * i)) prob = 0.0f;
+            if constexpr (kMaskBitsInProbabilities) {
+              if (!is_visible(visible, k, i, j)) prob = 0.0f;
+            } else if (!key_visible(mask, query0 + 8 * k + 2 * (lane() % 4) + j, key0 + 8 * i)) {
+              prob = 0.0f;
+            }
           }
           s[index] = prob;
         }
       }
     }
-  }
-
-  // The mask as one bit per accumulator entry (bit index = accumulator index), for passes that need
-  // their registers for other temporaries.
-  __device__ __forceinline__ static VisibilityBits visibility_bits(const MaskSpec& mask, int key0, int query0) {
-    VisibilityBits visible = ~VisibilityBits(0);
-#pragma unroll
-    for (int index = 0; index < kBlockM / 2; ++index) {
-      const int col = 8 * (index / 4) + 2 * (lane() % 4) + index % 2;
-      if (!key_visible(mask, query0 + col, key0 + 8 * (index / 2 % 2))) visible &= ~(VisibilityBits(1) << index);
-    }
-    return visible;
   }
 
   // dS^T = P^T (dP^T - D), in place in dp (zero wherever P is).

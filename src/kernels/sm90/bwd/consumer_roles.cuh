@@ -74,7 +74,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   template <bool kMasked>
   __device__ __forceinline__ void softcapped_probabilities(Scores& s, const float* lse_log2, const BwdKernelParams& p,
                                                            const MaskSpec& mask, int key0, int query0) const {
-    const typename Ops::VisibilityBits visible = kMasked ? Ops::visibility_bits(mask, key0, query0) : ~0u;
+    const typename Ops::VisibilityBits visible =
+        Ops::visibility_bits(kMasked ? Ops::mask_runs(mask, key0, query0) : Ops::kAllVisible);
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const float2 lse = load_shared_float2(lse_log2 + 8 * k + 2 * (lane() % 4));
@@ -84,7 +85,7 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
         const int index = 4 * k + r;
         const float t = tanh_approx(s[index] * p.softcap_prescale);
         float prob = ex2_approx(t * p.scale_log2 - (r % 2 == 0 ? lse.x : lse.y));
-        if (!(visible >> index & 1)) prob = 0.0f;
+        if (!Ops::is_visible(visible, k, r / 2, r % 2)) prob = 0.0f;
         s[index] = prob;
         derivative[r] = prob * (1.0f - t * t);
       }
