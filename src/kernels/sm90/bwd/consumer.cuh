@@ -148,6 +148,120 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   // it once more.
   __device__ __forceinline__ void finish() const { named_barrier_sync(Handoff::empty(warpgroup), Handoff::kThreads); }
 
+  // Whether block_m = 128's masked steps run a copy of the step of their own (run_step<kSoftcap, true>): it
+  // reads the LSE at its use, which leaves the registers to build the mask runs after the wait for S^T.
+  // The shared step could not have both without spilling (8-20 bytes) or slowing the unmasked steps (the
+  // LSE read at its use in every step: 0.968 in geometric mean at D = 64 non-causal). The unmasked steps
+  // keep their code.
+  template <bool kSoftcap>
+  static constexpr bool kSplitMaskedSteps = !kSoftcap && !kEarlyDv;
+
+  // One step: query block m_block against this warpgroup's keys. kMaskedOnly: the copy for masked steps
+  // (kSplitMaskedSteps; `masked` is then true).
+  template <bool kSoftcap, bool kMaskedOnly>
+  __device__ __forceinline__ void run_step(const BwdKernelParams& p, const BwdTileWork& work, int m_block, bool masked,
+                                           const char* k_tile, const char* v_tile, Gradient& dk, Gradient& dv) {
+    const char* q_tile = smem + cfg().q_offset(ring.stage);
+    const char* do_tile = smem + cfg().do_offset(ring.stage);
+    Scores s;
+    Scores dp;
+    const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+    const int key0 = work.n0 + warpgroup * kKeys + fragment_row();
+    const int query0 = m_block * kBlockM;
+    // Softcap: the mask before the products are issued, while S^T and dP^T take no registers.
+    typename Ops::MaskRuns runs = Ops::kAllVisible;
+    if (kSoftcap && masked) runs = Ops::mask_runs(mask, key0, query0);
+    mbarrier_wait(&bars->stage_full[ring.stage], ring.phase);
+    const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
+    const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
+    // LSE goes to registers before the products are issued: their operand reads then take all of
+    // shared memory's bandwidth, and loads issued behind them return only as the products finish (at
+    // D = 128, 16K tokens, the exponentials and dS^T waiting on the LSE and D loads held about a fifth
+    // of the consumers' stall samples). D follows once dV is issued at block_m = 64 (both before
+    // the products spilled there) and is read at its use at block_m = 128. The masked-only steps read the
+    // LSE at its use too (kSplitMaskedSteps).
+    typename Ops::RowStats lse_stats;
+    typename Ops::RowStats dsum_stats;
+    if constexpr (!kSoftcap && !kMaskedOnly) Ops::load_row_stats(lse_stats, lse);
+    wgmma_fence();
+    Ops::issue_scores(s, k_tile, warpgroup * kKeys, q_tile);
+    wgmma_commit();
+    Ops::issue_scores(dp, v_tile, warpgroup * kKeys, do_tile);
+    wgmma_commit();
+
+    Fragments p_frag;
+    Fragments ds_frag;
+    if constexpr (kSoftcap) {
+      // tanh feeds both P and dS: wait for both products, one pass.
+      wgmma_wait<0>();
+      pin_registers(s);
+      pin_registers(dp);
+      if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, runs);
+      else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, runs);
+      wgmma_fence();
+      Ops::issue_gradient(dv, p_frag, do_tile);
+      wgmma_commit();
+    } else if constexpr (!kEarlyDv) {
+      // The exponentials run while dP^T is still in flight. D is read at its use (Ops::row_stat).
+      wgmma_wait<1>();
+      pin_registers(s);
+      if constexpr (kMaskedOnly) Ops::template probabilities<true>(s, lse, p, Ops::mask_runs(mask, key0, query0));
+      else if (masked) Ops::template probabilities<true>(s, lse_stats, p, Ops::mask_runs(mask, key0, query0));
+      else Ops::template probabilities<false>(s, lse_stats, p, runs);
+      wgmma_wait<0>();
+      pin_registers(dp);
+      Ops::score_gradients(dp, s, dsum);
+      Ops::to_fragments(s, p_frag);
+      Ops::to_fragments(dp, ds_frag);
+      wgmma_fence();
+      Ops::issue_gradient(dv, p_frag, do_tile);
+      wgmma_commit();
+    } else {
+      // The exponentials run while dP^T is still in flight, dS^T while dV is.
+      wgmma_wait<1>();
+      pin_registers(s);
+      if (masked) Ops::template probabilities<true>(s, lse_stats, p, Ops::mask_runs(mask, key0, query0));
+      else Ops::template probabilities<false>(s, lse_stats, p, runs);
+      Ops::to_fragments(s, p_frag);
+      wgmma_fence();
+      Ops::issue_gradient(dv, p_frag, do_tile);
+      wgmma_commit();
+      Ops::load_row_stats(dsum_stats, dsum);
+      wgmma_wait<1>();
+      pin_registers(dp);
+      Ops::score_gradients(dp, s, dsum_stats);
+      Ops::to_fragments(dp, ds_frag);
+    }
+
+    // dV runs on the tensor cores while dS^T is stored and the warpgroups meet. Then dQ goes first and
+    // dK behind it, so that dQ is staged for its writer while dK still runs (against dK first and
+    // dQ last, staged after it, the same speed: 0.999 in geometric mean; this order's register peak
+    // is lower).
+    char* ds_tile = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers());
+    Ops::template store_ds<!kSoftcap>(ds_tile, ds_frag, warpgroup * kKeys);
+    fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
+    named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);
+
+    DqSlice dq;
+    wgmma_fence();
+    Ops::issue_dq(dq, smem, ds_tile, cfg().dq_row0(warpgroup), cfg().dq_col0(warpgroup));
+    wgmma_commit();
+    Ops::issue_gradient(dk, ds_frag, q_tile);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ
+    pin_registers(dv);
+    pin_registers(p_frag);
+    pin_registers(dq);
+    hand_off_dq(dq);
+    wgmma_wait<0>();  // dK
+    pin_registers(dk);
+    pin_registers(ds_frag);
+    Ops::release(&bars->stage_empty[ring.stage]);
+
+    ring.advance();
+    if constexpr (!kStepFromStage) ++step;
+  }
+
   // One tile.
   template <bool kSoftcap>
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
@@ -181,104 +295,12 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
         for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
-          const char* q_tile = smem + cfg().q_offset(ring.stage);
-          const char* do_tile = smem + cfg().do_offset(ring.stage);
-          Scores s;
-          Scores dp;
-          const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-          const int key0 = work.n0 + warpgroup * kKeys + fragment_row();
-          const int query0 = m_block * kBlockM;
           const bool masked = work.queries.needs_mask(m_block);
-          // Softcap: the mask before the products are issued, while S^T and dP^T take no registers.
-          typename Ops::MaskRuns runs = Ops::kAllVisible;
-          if (kSoftcap && masked) runs = Ops::mask_runs(mask, key0, query0);
-          mbarrier_wait(&bars->stage_full[ring.stage], ring.phase);
-          const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
-          const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
-          // LSE goes to registers before the products are issued: their operand reads then take all of
-          // shared memory's bandwidth, and loads issued behind them return only as the products finish (at
-          // D = 128, 16K tokens, the exponentials and dS^T waiting on the LSE and D loads held about a fifth
-          // of the consumers' stall samples). D follows once dV is issued at block_m = 64 (both before
-          // the products spilled there) and is read at its use at block_m = 128.
-          typename Ops::RowStats lse_stats;
-          typename Ops::RowStats dsum_stats;
-          if constexpr (!kSoftcap) Ops::load_row_stats(lse_stats, lse);
-          wgmma_fence();
-          Ops::issue_scores(s, k_tile, warpgroup * kKeys, q_tile);
-          wgmma_commit();
-          Ops::issue_scores(dp, v_tile, warpgroup * kKeys, do_tile);
-          wgmma_commit();
-
-          Fragments p_frag;
-          Fragments ds_frag;
-          if constexpr (kSoftcap) {
-            // tanh feeds both P and dS: wait for both products, one pass.
-            wgmma_wait<0>();
-            pin_registers(s);
-            pin_registers(dp);
-            if (masked) softcapped_fragments<true>(s, dp, p_frag, ds_frag, lse, dsum, p, runs);
-            else softcapped_fragments<false>(s, dp, p_frag, ds_frag, lse, dsum, p, runs);
-            wgmma_fence();
-            Ops::issue_gradient(dv, p_frag, do_tile);
-            wgmma_commit();
-          } else if constexpr (!kEarlyDv) {
-            // The exponentials run while dP^T is still in flight. D is read at its use (Ops::row_stat).
-            wgmma_wait<1>();
-            pin_registers(s);
-            if (masked) Ops::template probabilities<true>(s, lse_stats, p, mask, key0, query0);
-            else Ops::template probabilities<false>(s, lse_stats, p, mask, key0, query0);
-            wgmma_wait<0>();
-            pin_registers(dp);
-            Ops::score_gradients(dp, s, dsum);
-            Ops::to_fragments(s, p_frag);
-            Ops::to_fragments(dp, ds_frag);
-            wgmma_fence();
-            Ops::issue_gradient(dv, p_frag, do_tile);
-            wgmma_commit();
+          if (kSplitMaskedSteps<kSoftcap> && masked) {
+            run_step<kSoftcap, true>(p, work, m_block, true, k_tile, v_tile, dk, dv);
           } else {
-            // The exponentials run while dP^T is still in flight, dS^T while dV is.
-            wgmma_wait<1>();
-            pin_registers(s);
-            if (masked) Ops::template probabilities<true>(s, lse_stats, p, mask, key0, query0);
-            else Ops::template probabilities<false>(s, lse_stats, p, mask, key0, query0);
-            Ops::to_fragments(s, p_frag);
-            wgmma_fence();
-            Ops::issue_gradient(dv, p_frag, do_tile);
-            wgmma_commit();
-            Ops::load_row_stats(dsum_stats, dsum);
-            wgmma_wait<1>();
-            pin_registers(dp);
-            Ops::score_gradients(dp, s, dsum_stats);
-            Ops::to_fragments(dp, ds_frag);
+            run_step<kSoftcap, false>(p, work, m_block, !kSplitMaskedSteps<kSoftcap> && masked, k_tile, v_tile, dk, dv);
           }
-
-          // dV runs on the tensor cores while dS^T is stored and the warpgroups meet. Then dQ goes first and
-          // dK behind it, so that dQ is staged for its writer while dK still runs (against dK first and
-          // dQ last, staged after it, the same speed: 0.999 in geometric mean; this order's register peak
-          // is lower).
-          char* ds_tile = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers());
-          Ops::template store_ds<!kSoftcap>(ds_tile, ds_frag, warpgroup * kKeys);
-          fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
-          named_barrier_sync(int(BwdBarrierId::kDsReady), kBwdConsumerThreads);
-
-          DqSlice dq;
-          wgmma_fence();
-          Ops::issue_dq(dq, smem, ds_tile, cfg().dq_row0(warpgroup), cfg().dq_col0(warpgroup));
-          wgmma_commit();
-          Ops::issue_gradient(dk, ds_frag, q_tile);
-          wgmma_commit();
-          wgmma_wait<1>();  // dV and dQ
-          pin_registers(dv);
-          pin_registers(p_frag);
-          pin_registers(dq);
-          hand_off_dq(dq);
-          wgmma_wait<0>();  // dK
-          pin_registers(dk);
-          pin_registers(ds_frag);
-          Ops::release(&bars->stage_empty[ring.stage]);
-
-          ring.advance();
-          if constexpr (!kStepFromStage) ++step;
         }
       }
       // Every product that reads K or V is complete (each step ends with wgmma_wait<0>): the producer may

@@ -175,9 +175,10 @@ struct BwdConsumerOps {
   // entry 4 k + 2 i + j being query query0 + 8 k + 2 (lane % 4) + j and key key0 + 8 i; see fragment_run),
   // their four bounds (at most kBlockM / 4) packed into one register. The softcap passes take it from
   // before the step's products are issued, when S^T and dP^T take no registers, and expand it into bits at
-  // their use; probabilities() builds it in place at block_m = 64. Against the window evaluated per entry
-  // (about 8 instructions each, which made a masked D = 128 step cost about two unmasked ones): causal
-  // D = 128 1.08x at 512 tokens to 1.00x at 16K, same-run A/B (docs/design.md).
+  // their use; the other steps build it after the wait for S^T, just before the exponentials (at
+  // block_m = 128 in a copy of the step for masked steps, BwdConsumer::kSplitMaskedSteps). Against the
+  // window evaluated per entry (about 8 instructions each, which made a masked D = 128 step cost about
+  // two unmasked ones): see docs/design.md for the same-run A/Bs.
   using MaskRuns = uint32_t;
   static constexpr int kRunBoundBits = 8;
   static_assert(kBlockM / 4 < (1 << kRunBoundBits), "a run bound fits its field");
@@ -210,17 +211,12 @@ struct BwdConsumerOps {
     return visible >> visibility_bit(k, i, j) & 1;
   }
 
-  // P^T = exp2(S^T scale_log2 - LSE), in place in s; masked entries 0. Padding rows have LSE = +inf and
-  // so P = 0 there too. At block_m = 128 the mask bits spilled (20 bytes built here; 8-16 bytes carried
-  // across the products from before them; none with the runs carried and the LSE read at its use, a
-  // variant that measured 0.968 in geometric mean at D = 64 non-causal), so the window is evaluated per
-  // entry there.
-  static constexpr bool kMaskBitsInProbabilities = kBlockM == 64;
+  // P^T = exp2(S^T scale_log2 - LSE), in place in s; masked entries (outside `runs`, read only when
+  // kMasked) 0. Padding rows have LSE = +inf and so P = 0 there too.
   template <bool kMasked, class Stats>
   __device__ __forceinline__ static void probabilities(Scores& s, const Stats& lse_log2, const BwdKernelParams& p,
-                                                       const MaskSpec& mask, int key0, int query0) {
-    const VisibilityBits visible =
-        kMasked && kMaskBitsInProbabilities ? visibility_bits(mask_runs(mask, key0, query0)) : ~VisibilityBits(0);
+                                                       MaskRuns runs) {
+    const VisibilityBits visible = kMasked ? visibility_bits(runs) : ~VisibilityBits(0);
 #pragma unroll
     for (int k = 0; k < kBlockM / 8; ++k) {
       const float2 lse = row_stat(lse_log2, k);
@@ -231,11 +227,7 @@ struct BwdConsumerOps {
           const int index = 4 * k + 2 * i + j;
           float prob = ex2_approx(s[index] * p.scale_log2 - (j == 0 ? lse.x : lse.y));
           if constexpr (kMasked) {
-            if constexpr (kMaskBitsInProbabilities) {
-              if (!is_visible(visible, k, i, j)) prob = 0.0f;
-            } else if (!key_visible(mask, query0 + 8 * k + 2 * (lane() % 4) + j, key0 + 8 * i)) {
-              prob = 0.0f;
-            }
+            if (!is_visible(visible, k, i, j)) prob = 0.0f;
           }
           s[index] = prob;
         }

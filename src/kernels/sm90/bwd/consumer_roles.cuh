@@ -201,8 +201,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
           if (masked) softcapped_probabilities<true>(s, lse, p, mask, key0, query0);
           else softcapped_probabilities<false>(s, lse, p, mask, key0, query0);
         } else {
-          if (masked) Ops::template probabilities<true>(s, lse, p, mask, key0, query0);
-          else Ops::template probabilities<false>(s, lse, p, mask, key0, query0);
+          if (masked) Ops::template probabilities<true>(s, lse, p, Ops::mask_runs(mask, key0, query0));
+          else Ops::template probabilities<false>(s, lse, p, Ops::kAllVisible);
           publish_probabilities(s);
         }
         named_barrier_arrive(int(BwdBarrierId::kProbsReady), kBwdConsumerThreads);
