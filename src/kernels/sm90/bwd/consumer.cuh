@@ -205,8 +205,9 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       // The exponentials run while dP^T is still in flight. D is read at its use (Ops::row_stat).
       wgmma_wait<1>();
       pin_registers(s);
+      // Masked steps run their own copy here (kSplitMaskedSteps), which reads the LSE at its use.
+      static_assert(kSplitMaskedSteps<kSoftcap>, "block_m = 128 splits off its masked steps");
       if constexpr (kMaskedOnly) Ops::template probabilities<true>(s, lse, p, Ops::mask_runs(mask, key0, query0));
-      else if (masked) Ops::template probabilities<true>(s, lse_stats, p, Ops::mask_runs(mask, key0, query0));
       else Ops::template probabilities<false>(s, lse_stats, p, runs);
       wgmma_wait<0>();
       pin_registers(dp);
