@@ -86,16 +86,40 @@ TEST(MaskRanges, QueryBlocksOfEachKeyBlockMatchBruteForce) {
   }
 }
 
+// kCases plus lengths and windows at the limit the span arithmetic promises (2^31 - 1 - 128).
+std::vector<MaskCase> span_cases() {
+  constexpr int kLongest = 2147483647 - 128;
+  std::vector<MaskCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({kLongest, kLongest, -1, 0});
+  cases.push_back({5, kLongest, kLongest - 10, 3});
+  cases.push_back({kLongest, 7, -1, kLongest});
+  cases.push_back({kLongest, 78, -1, 0});
+  cases.push_back({kLongest, kLongest, kLongest, kLongest});
+  return cases;
+}
+
+// key_visible in 64-bit arithmetic: at these lengths and windows the int version itself overflows.
+bool visible_exact(const MaskSpec& m, long long row, long long key) {
+  const long long diagonal = row + (long long)m.seqlen_k - m.seqlen_q;
+  return key < m.seqlen_k && (m.window_right < 0 || key <= diagonal + m.window_right) &&
+         (m.window_left < 0 || key >= diagonal - m.window_left);
+}
+
+// A run must lie inside the fragment's column numbers, begin <= end even when empty: the kernels pack
+// its bounds into fields and shift by them.
+void expect_run_in_fragment(const FragmentRun& run, int count) {
+  ASSERT_LE(0, run.begin);
+  ASSERT_LE(run.begin, run.end);
+  ASSERT_LE(run.end, count / 4);
+}
+
 // The backward's masked steps take each key's visible entries as a run of fragment columns
 // (rows_seeing_key, then fragment_run): for keys near the edges (some past seqlen_k) and blocks starting
-// before, on and after the diagonals, the span and the run must agree with key_visible on every row.
-// Huge lengths and windows check that the offsets neither overflow nor lose the answer.
+// before, on and after the diagonals, the span and the run must agree with key_visible (computed in 64
+// bits) on every row. Lengths and windows at the limit check that the offsets neither overflow nor lose
+// the answer.
 TEST(MaskRanges, RowSpanOfEachKeyMatchesKeyVisible) {
-  std::vector<MaskCase> cases(std::begin(kCases), std::end(kCases));
-  cases.push_back({2000000000, 2000000000, -1, 0});
-  cases.push_back({5, 2000000000, 1999999990, 3});
-  cases.push_back({2000000000, 7, -1, 2000000000});
-  for (const MaskCase& c : cases) {
+  for (const MaskCase& c : span_cases()) {
     const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
     const int diagonal = mask.diagonal();
     for (int count : {64, 128}) {
@@ -114,8 +138,9 @@ TEST(MaskRanges, RowSpanOfEachKeyMatchesKeyVisible) {
               const int key = int(key_wide);
               const RowSpan span = rows_seeing_key(mask, key, row0, count);
               const FragmentRun run = fragment_run(span);
+              expect_run_in_fragment(run, count);
               for (int r = 0; r < count; ++r) {
-                const bool expected = key_visible(mask, row0 + r, key);
+                const bool expected = visible_exact(mask, (long long)row0 + r, key);
                 ASSERT_EQ(span.contains(r), expected)
                     << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left << ", " << c.right
                     << ") key " << key << " row " << row0 + r;

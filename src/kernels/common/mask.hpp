@@ -41,9 +41,9 @@ struct RowSpan {
 
 FLASH4_HD RowSpan rows_seeing_key(const MaskSpec& mask, int key, int row0, int count) {
   if (key >= mask.seqlen_k) return RowSpan{count, -1};
-  // Key j is visible to row i iff i >= j - diag - right and i <= j - diag + left (see key_visible); as
-  // offsets, r >= base - right and r <= base + left. (key - seqlen_k) + seqlen_q lies in [seqlen_q - seqlen_k,
-  // seqlen_q), so base needs no wider type.
+  // Key j is visible to row i iff i >= j - diagonal - right and i <= j - diagonal + left (key_visible,
+  // diagonal = seqlen_k - seqlen_q); as offsets, r >= base - right and r <= base + left. (key - seqlen_k) +
+  // seqlen_q lies in [seqlen_q - seqlen_k, seqlen_q), so base needs no wider type.
   const int base = (key - mask.seqlen_k) + mask.seqlen_q - row0;
   int first = 0;
   if (mask.window_right >= 0 && base > mask.window_right) first = min_int(base - mask.window_right, count);

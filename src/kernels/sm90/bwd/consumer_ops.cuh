@@ -173,9 +173,10 @@ struct BwdConsumerOps {
 
   // A masked step's mask as this thread's two runs of visible entries (one per key: key0 and key0 + 8,
   // entry 4 k + 2 i + j being query query0 + 8 k + 2 (lane % 4) + j and key key0 + 8 i; see fragment_run),
-  // their four bounds (at most kBlockM / 4) packed into one register. The softcap passes take it from
-  // before the step's products are issued, when S^T and dP^T take no registers, and expand it into bits at
-  // their use; the other steps build it after the wait for S^T, just before the exponentials (at
+  // their four bounds (at most kBlockM / 4) packed into one register. The split-by-keys softcap pass
+  // (BwdConsumer::softcapped_fragments) takes it from before the step's products are issued, when S^T and
+  // dP^T take no registers, and expands it into bits at its use; the other passes build it after the wait
+  // for S^T, just before the exponentials (at
   // block_m = 128 in a copy of the step for masked steps, BwdConsumer::kSplitMaskedSteps). Against the
   // window evaluated per entry (about 8 instructions each, which made a masked D = 128 step cost about
   // two unmasked ones): see docs/design.md for the same-run A/Bs.
