@@ -171,7 +171,9 @@ TEST(Scheduler, CausalLongestFirstBeatsAscendingOrderAt16K) {
                 head_dim, heads, lpt.heads_per_group, static_lpt / lower_bound, static_ascending / lower_bound,
                 static_ascending / static_lpt, greedy_lpt / lower_bound, greedy_ascending / lower_bound,
                 greedy_ascending / greedy_lpt);
-    const std::string d = "D" + std::to_string(head_dim);
+    // Appended rather than "D" + to_string(...): GCC 12 warns falsely (-Wrestrict) on that operator+.
+    std::string d = "D";
+    d += std::to_string(head_dim);
     RecordProperty(d + "_static_speedup", std::to_string(static_ascending / static_lpt));
     RecordProperty(d + "_greedy_speedup", std::to_string(greedy_ascending / greedy_lpt));
     // The kernel's static walk: strictly better at the planner's group sizes (3 and 6 heads). At some
