@@ -176,10 +176,9 @@ struct BwdConsumerOps {
   // their four bounds (at most kBlockM / 4) packed into one register. The split-by-keys softcap pass
   // (BwdConsumer::softcapped_fragments) takes it from before the step's products are issued, when S^T and
   // dP^T take no registers, and expands it into bits at its use; the other passes build it after the wait
-  // for S^T, just before the exponentials (at
-  // block_m = 128 in a copy of the step for masked steps, BwdConsumer::kSplitMaskedSteps). Against the
-  // window evaluated per entry (about 8 instructions each, which made a masked D = 128 step cost about
-  // two unmasked ones): see docs/design.md for the same-run A/Bs.
+  // for S^T, just before the exponentials (at block_m = 128 in a copy of the step for masked steps,
+  // BwdConsumer::kSplitMaskedSteps). Against the window evaluated per entry (about 8 instructions each,
+  // which made a masked D = 128 step cost about two unmasked ones): see docs/design.md for the A/Bs.
   using MaskRuns = uint32_t;
   static constexpr int kRunBoundBits = 8;
   static_assert(kBlockM / 4 < (1 << kRunBoundBits), "a run bound fits its field");
