@@ -9,7 +9,7 @@ import pathlib
 
 # Every N the kernels use: the forward's QK^T tile widths (block_n of the tile table) and PV widths (head
 # dims); the backward's dQ slices (half a head dim per consumer warpgroup: 32, 64).
-N_SIZES = (32, 64, 80, 96, 128, 192, 256)
+N_SIZES = (32, 64, 80, 96, 112, 128, 192, 256)
 DTYPES = {"true": "bf16", "false": "f16"}  # template argument kIsBf16 -> PTX type suffix
 
 

@@ -1,5 +1,5 @@
 // The forward planner: from validated params and device properties to the launch shape (tile config,
-// persistent tile order, grid size). Pure host arithmetic, unit-tested without a GPU.
+// persistent tile order, grid size, scheduling mode). Pure host arithmetic, unit-tested without a GPU.
 #pragma once
 
 #include <cstddef>
@@ -11,13 +11,22 @@
 
 namespace flash4::host {
 
+// The forward's workspace: its tile counter, in a block of the alignment the C ABI promises callers.
+inline constexpr std::size_t kFwdWorkspaceBytes = 256;
+
 struct FwdPlan {
   FwdTileConfig tile;
   TileOrder order;
-  int num_ctas = 0;     // persistent grid: min(tiles, SMs)
+  int num_ctas = 0;      // persistent grid: min(tiles, SMs)
+  bool dynamic = false;  // tiles claimed from a counter in the workspace (fwd_params.hpp)
   int window_left = -1;  // effective window after folding causal in
   int window_right = -1;
 };
+
+// True when the forward's tiles differ in cost (causal, a window, or varlen sequences of different
+// lengths): a static walk then leaves SMs idle at the end, so the kernel claims tiles dynamically from a
+// counter in the workspace. Tiles of equal cost take the static walk, which needs no workspace.
+bool forward_schedules_dynamically(const flash4_fwd_params& params);
 
 FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device);
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <mutex>
 
 namespace flash4::host {
@@ -31,9 +32,7 @@ EncodeTiledFn encode_tiled_fn(std::string& error) {
   return fn;
 }
 
-}  // namespace
-
-bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error) {
+bool encode_uncached(const TmaView& view, CUtensorMap* map, std::string& error) {
   const EncodeTiledFn encode = encode_tiled_fn(error);
   if (encode == nullptr) return false;
   const cuuint64_t extent[4] = {view.extent[0], view.extent[1], view.extent[2], view.extent[3]};
@@ -52,6 +51,46 @@ bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error) 
     error = "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(result));
     return false;
   }
+  return true;
+}
+
+// The most recently encoded maps of this thread, oldest replaced first. A forward uses up to four maps
+// and a backward about ten; the capacity holds a few calls' worth.
+class RecentMaps {
+ public:
+  const CUtensorMap* find(const TmaView& view) const {
+    for (int i = 0; i < count_; ++i) {
+      if (entries_[i].view == view) return &entries_[i].map;
+    }
+    return nullptr;
+  }
+  void add(const TmaView& view, const CUtensorMap& map) {
+    entries_[next_] = Entry{view, map};
+    next_ = (next_ + 1) % kCapacity;
+    if (count_ < kCapacity) ++count_;
+  }
+
+ private:
+  static constexpr int kCapacity = 32;
+  struct Entry {
+    TmaView view;
+    CUtensorMap map;
+  };
+  std::array<Entry, kCapacity> entries_{};
+  int count_ = 0;
+  int next_ = 0;
+};
+
+}  // namespace
+
+bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error) {
+  thread_local RecentMaps recent;
+  if (const CUtensorMap* known = recent.find(view)) {
+    *map = *known;
+    return true;
+  }
+  if (!encode_uncached(view, map, error)) return false;
+  recent.add(view, *map);
   return true;
 }
 

@@ -19,6 +19,8 @@ struct TmaView {
   uint32_t box_cols;                     // innermost box width (swizzle width / element size when swizzled)
   uint32_t box_rows;
   int swizzle_bytes;                     // 128, 64, or 0 (unswizzled)
+
+  bool operator==(const TmaView&) const = default;
 };
 
 // The 4-D view of one attention operand, (batch, seq, head, dim) with dim contiguous. In varlen mode the
@@ -38,6 +40,8 @@ struct OperandShape {
 TmaView make_operand_view(const OperandShape& shape, int box_rows, int box_cols, int swizzle_bytes);
 
 // Encodes `view` into `map`. Returns false and fills `error` (naming the failing call) on failure.
+// Encoded maps are remembered per thread: a training loop calls with the same tensors step after step,
+// so most calls copy a remembered map instead of encoding it again.
 bool encode_tma_view(const TmaView& view, CUtensorMap* map, std::string& error);
 
 }  // namespace flash4::host

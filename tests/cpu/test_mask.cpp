@@ -160,6 +160,57 @@ TEST(MaskRanges, RowSpanOfEachKeyMatchesKeyVisible) {
   }
 }
 
+// The forward's masked key blocks take each row's visible keys as a run (keys_seen_by_row), which every
+// thread turns into a bit per accumulator column it holds (first column 2 (lane % 4), then fragment_run),
+// exactly as softmax.cuh does: for rows near the diagonals of the first and last keys and blocks before,
+// on and after them, the bits must agree with key_visible (in 64 bits) on every column of every thread,
+// at lengths and windows up to the limit the arithmetic promises.
+TEST(MaskRanges, KeySpanOfEachRowMatchesKeyVisible) {
+  for (const MaskCase& c : span_cases()) {
+    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
+    const long long diagonal = mask.diagonal();
+    for (int count : {80, 112, 128}) {
+      const long long interesting_rows[] = {0, c.seqlen_q - 1LL, -diagonal, c.seqlen_k - 1 - diagonal, c.seqlen_q / 2,
+                                            (long long)c.seqlen_q + count - 1};
+      for (long long anchor : interesting_rows) {
+        for (int shift : {-3, -1, 0, 2, 40}) {
+          const long long row_wide = anchor + shift;
+          if (row_wide < 0 || row_wide >= (long long)c.seqlen_q + count) continue;  // the kernels' rows
+          const int row = int(row_wide);
+          const long long col_anchors[] = {0, row + diagonal, row + diagonal - count / 2, c.seqlen_k - 1LL,
+                                           row + diagonal - c.left, row + diagonal + c.right};
+          for (long long col_anchor : col_anchors) {
+            for (int col_shift : {-count - 1, -7, 0, 5}) {
+              const long long col0_wide = col_anchor + col_shift;
+              if (col0_wide < 0 || col0_wide + count > 2147483647LL) continue;
+              const int col0 = int(col0_wide);
+              const RowSpan span = keys_seen_by_row(mask, row, col0, count);
+              for (int offset = 0; offset < count; ++offset) {
+                ASSERT_EQ(span.contains(offset), visible_exact(mask, row, (long long)col0 + offset))
+                    << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left << ", " << c.right
+                    << ") row " << row << " key " << (long long)col0 + offset;
+              }
+              for (int quad_lane = 0; quad_lane < 4; ++quad_lane) {
+                const int first_column = 2 * quad_lane;
+                const FragmentRun run = fragment_run(keys_seen_by_row(mask, row, col0 + first_column, count - first_column));
+                ASSERT_LE(0, run.begin);
+                ASSERT_LE(run.begin, run.end);
+                ASSERT_LE(run.end, count / 4);
+                for (int number = 0; number < count / 4; ++number) {
+                  const int column = first_column + 8 * (number / 2) + number % 2;
+                  ASSERT_EQ(number >= run.begin && number < run.end,
+                            visible_exact(mask, row, (long long)col0 + column))
+                      << "row " << row << " key " << (long long)col0 + column << " lane % 4 = " << quad_lane;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The deterministic backward orders the dQ reduce-adds of query block m by key block, counting turns from
 // key_block_range(m).begin: that needs the key blocks whose query_block_range holds m to be exactly
 // [key_block_range(m).begin, key_block_range(m).end), with the backward's block sizes (64 x 128).

@@ -297,6 +297,13 @@ BackwardDevice::~BackwardDevice() = default;
   s.fill_problem(p);
   p.o = s.o.data();
   p.lse = s.lse_data();
+  std::size_t workspace_bytes = 0;
+  if (const flash4_status sized = flash4_fwd_workspace_size(&p, &workspace_bytes); sized != FLASH4_SUCCESS) {
+    return ::testing::AssertionFailure() << "flash4_fwd_workspace_size: " << flash4_last_error_message();
+  }
+  DeviceBuffer fwd_workspace(workspace_bytes);
+  p.workspace = workspace_bytes > 0 ? fwd_workspace.get() : nullptr;
+  p.workspace_bytes = workspace_bytes;
   const flash4_status status = flash4_fwd(&p, nullptr);
   if (status != FLASH4_SUCCESS) {
     return ::testing::AssertionFailure() << "flash4_fwd: " << flash4_status_string(status) << ": "

@@ -160,6 +160,16 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
     p.total_k = int(rows_k);
   }
 
+  // The workspace (the dynamic scheduler's tile counter) is poisoned: the contract does not promise zeros.
+  std::size_t workspace_bytes = 0;
+  if (flash4_fwd_workspace_size(&p, &workspace_bytes) != FLASH4_SUCCESS) {
+    outcome.o = ::testing::AssertionFailure() << "flash4_fwd_workspace_size: " << flash4_last_error_message();
+    return outcome;
+  }
+  DeviceBuffer workspace(workspace_bytes + kGuardElements);
+  cudaMemset(workspace.ptr, 0xFF, workspace_bytes + kGuardElements);
+  p.workspace = workspace_bytes > 0 ? workspace.ptr : nullptr;
+  p.workspace_bytes = workspace_bytes;
   const flash4_status status = flash4_fwd(&p, nullptr);
   if (status != FLASH4_SUCCESS) {
     outcome.o = ::testing::AssertionFailure() << "flash4_fwd: " << flash4_status_string(status) << ": "

@@ -77,6 +77,26 @@ std::vector<ForwardCase> forward_grid() {
       c.causal = causal;
       cases.push_back(c);
     }
+    // More tiles than SMs, so every CTA runs several: the tile hand-out's slots are reused, the K/V ring
+    // runs on across tiles, and (causal, varlen) tiles are claimed from the workspace counter. The varlen
+    // batch has many short sequences under one long max_seqlen: most tiles lie past their sequence's end.
+    for (bool causal : {false, true}) {
+      ForwardCase c = base;
+      c.batch = 4;
+      c.heads_q = 12;
+      c.heads_kv = 4;
+      c.seqlen_q = c.seqlen_k = 640;
+      c.causal = causal;
+      cases.push_back(c);
+    }
+    ForwardCase many = base;
+    many.heads_q = many.heads_kv = 3;
+    many.causal = true;
+    for (int b = 0; b < 40; ++b) {
+      many.varlen_q.push_back(b == 7 ? 900 : (37 * b + 11) % 230);
+      many.varlen_k.push_back(b == 7 ? 900 : (53 * b + 5) % 260);
+    }
+    cases.push_back(many);
     // Non-contiguous q/k/v: strided views of one packed qkv buffer.
     ForwardCase packed = base;
     packed.batch = 2;

@@ -1,13 +1,15 @@
-// Implements host/forward.hpp: plan, look up, encode TMA maps, launch.
+// Implements host/forward.hpp: plan, look up, check the workspace, encode TMA maps, launch.
 #include "host/forward.hpp"
 
+#include <cuda_runtime.h>
+
 #include <cmath>
+#include <cstdint>
 
 #include "host/device_info.hpp"
 #include "host/dispatch/registry.hpp"
 #include "host/planner.hpp"
 #include "host/tma_descriptor.hpp"
-#include "kernels/common/online_softmax.hpp"
 
 namespace flash4::host {
 namespace {
@@ -24,7 +26,9 @@ TmaView make_view(const flash4_fwd_params& p, const void* base, const flash4_str
 
 }  // namespace
 
-std::size_t forward_workspace_bytes(const flash4_fwd_params&) { return 0; }
+std::size_t forward_workspace_bytes(const flash4_fwd_params& params) {
+  return forward_schedules_dynamically(params) ? kFwdWorkspaceBytes : 0;
+}
 
 LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) {
   LaunchResult result;
@@ -34,6 +38,21 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
     result.status = FLASH4_ERROR_NO_KERNEL;
     result.message = "no forward kernel for " + key.to_string() + " in this build (built: " + built_fwd_kernels() +
                      "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including it";
+    return result;
+  }
+  const std::size_t workspace_bytes = forward_workspace_bytes(p);
+  if (workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace_bytes)) {
+    result.status = FLASH4_ERROR_INVALID_ARGUMENT;
+    result.message = "workspace: this forward (causal, windowed or varlen) claims its tiles from a counter in " +
+                     std::to_string(workspace_bytes) + " bytes of device workspace (got " +
+                     (p.workspace == nullptr ? std::string("NULL") : std::to_string(p.workspace_bytes) + " bytes") +
+                     "); size it with flash4_fwd_workspace_size";
+    return result;
+  }
+  if (workspace_bytes > 0 && reinterpret_cast<std::uintptr_t>(p.workspace) % kFwdWorkspaceBytes != 0) {
+    result.status = FLASH4_ERROR_MISALIGNED;
+    result.message = "workspace: the address must be " + std::to_string(kFwdWorkspaceBytes) +
+                     "-byte aligned (cudaMalloc and torch's allocator give that; an offset into a byte pool may not)";
     return result;
   }
   DeviceInfo device;
@@ -54,7 +73,7 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
     int heads;
     int box_rows;
     const char* name;
-  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m, "q"},
+  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m(), "q"},
               {&kp.tma_k, p.k, &p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, "k"},
               {&kp.tma_v, p.v, &p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
   for (const auto& m : maps) {
@@ -67,9 +86,8 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   }
   kp.store_o_with_tma = !varlen && plan.tile.stages_output();
   if (kp.store_o_with_tma) {
-    constexpr int kRowsPerWarpgroup = 64;  // each consumer warpgroup stores its own rows
-    std::string error;
-    if (!encode_tma_view(make_view(p, p.o, p.o_strides, rows_q, p.heads_q, kRowsPerWarpgroup, plan.tile), &kp.tma_o,
+    std::string error;  // each consumer warpgroup stores its own rows
+    if (!encode_tma_view(make_view(p, p.o, p.o_strides, rows_q, p.heads_q, kRowsPerConsumerWarpgroup, plan.tile), &kp.tma_o,
                          error)) {
       result.status = FLASH4_ERROR_CUDA;
       result.message = "TMA descriptor for o: " + error;
@@ -94,14 +112,20 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
   kp.window_left = plan.window_left;
   kp.window_right = plan.window_right;
-#if defined(FLASH4_LAZY_RESCALE_ENABLED) && !FLASH4_LAZY_RESCALE_ENABLED
-  kp.rescale_threshold = 0.0f;  // A/B build: the classic online softmax
-#else
-  kp.rescale_threshold = kLazyRescaleThresholdLog2;
-#endif
   kp.order = plan.order;
+  kp.num_tiles = plan.order.num_tiles();
+  const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
+  if (plan.dynamic) {
+    kp.tile_counter = static_cast<int*>(p.workspace);
+    const cudaError_t zeroed = cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), cuda_stream);
+    if (zeroed != cudaSuccess) {
+      result.status = FLASH4_ERROR_CUDA;
+      result.message = std::string("forward: zeroing the tile counter: ") + cudaGetErrorString(zeroed);
+      return result;
+    }
+  }
 
-  const cudaError_t status = launch(kp, plan.num_ctas, reinterpret_cast<cudaStream_t>(stream));
+  const cudaError_t status = launch(kp, plan.num_ctas, cuda_stream);
   if (status != cudaSuccess) {
     result.status = FLASH4_ERROR_CUDA;
     result.message = "forward launch (" + key.to_string() + "): " + cudaGetErrorString(status);

@@ -42,9 +42,13 @@ struct FwdKernelParams {
   int has_softcap;
   int window_left;         // -1: unbounded
   int window_right;        // -1: unbounded; 0 for causal
-  float rescale_threshold; // lazy rescaling threshold in log2 units (0: classic online softmax)
 
   TileOrder order;  // persistent tile walk (m-blocks sized by the tile table)
+  int num_tiles;    // order.num_tiles(), read by every claim: a parameter reloads where a product would spill
+  // Dynamic scheduling: a CTA's first tile is blockIdx.x and every later one is gridDim.x plus a claim
+  // from this counter, which the host zeroes before the launch. Null: each CTA strides through the order
+  // by gridDim.x (tiles of equal cost, where a static walk is as balanced and needs no counter).
+  int* tile_counter;
 };
 
 }  // namespace flash4

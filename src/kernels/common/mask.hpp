@@ -52,6 +52,23 @@ FLASH4_HD RowSpan rows_seeing_key(const MaskSpec& mask, int key, int row0, int c
   return RowSpan{first, last};
 }
 
+// The keys among [col0, col0 + count) that row `row` sees, as offsets from col0: key_visible(mask, row,
+// col0 + c) holds exactly for first <= c <= last (first > last: none), for every c in [0, count). The
+// forward's masked key blocks compute this once per row instead of the window per entry. Each edge is
+// compared before it is formed, so nothing overflows while the row's diagonal row + seqlen_k - seqlen_q
+// and col0 + count stay below 2^31, with 0 <= row and 0 <= col0 (the last tile's rows past the sequence
+// end included: validation keeps the lengths a tile below the int range).
+FLASH4_HD RowSpan keys_seen_by_row(const MaskSpec& mask, int row, int col0, int count) {
+  const int diag = row + mask.diagonal();
+  int lo = 0;                              // first visible key
+  if (mask.window_left >= 0 && diag > mask.window_left) lo = diag - mask.window_left;
+  int hi = mask.seqlen_k - 1;  // last visible key; seqlen_k - 1 - diag = seqlen_q - 1 - row does not overflow
+  if (mask.window_right >= 0 && mask.window_right < (mask.seqlen_k - 1) - diag) hi = diag + mask.window_right;
+  const int first = lo <= col0 ? 0 : min_int(lo - col0, count);
+  const int last = hi < col0 ? -1 : min_int(hi - col0, count - 1);
+  return RowSpan{first, last};
+}
+
 // A thread's accumulator columns in a wgmma fragment lie at offsets 8 k + j (k < columns / 8, j < 2) from
 // its first one; numbered 2 k + j in that order, the ones inside a RowSpan are one run of numbers
 // [begin, end), found with a few instructions instead of a test per entry.

@@ -19,16 +19,18 @@
 
 namespace flash4::sm90 {
 
-// Named barriers 3 and 4: the 128 threads of consumer warpgroup 0 / 1 around their O staging buffer
-// (1 and 2 are the ping-pong pair's).
-inline constexpr int kFwdEpilogueBarrierBase = 3;
+// Named barrier 1 + consumer warpgroups + w: the 128 threads of consumer warpgroup w around its O staging
+// buffer (the ids below are the turn ring's, consumer.cuh).
+inline constexpr int fwd_epilogue_barrier(int consumer_warpgroups, int warpgroup) {
+  return 1 + consumer_warpgroups + warpgroup;
+}
 
 template <class Element, int kHeadDim>
 struct FwdEpilogue {
   static constexpr bool kIsBf16 = !std::is_same_v<Element, __half>;
   using Layout = FwdSmemLayout<kHeadDim>;
   static constexpr FwdTileConfig kCfg = Layout::kCfg;
-  static constexpr int kRows = 64;  // one consumer warpgroup's rows: the TMA box height
+  static constexpr int kRows = kRowsPerConsumerWarpgroup;  // the TMA box height
   static constexpr int kSwizzle = kCfg.swizzle_bytes;
   static constexpr int kBoxBytes = kRows * kSwizzle;
 
@@ -49,8 +51,8 @@ struct FwdEpilogue {
     const int lane = threadIdx.x % 32;
     const int warp_in_group = (threadIdx.x / 32) % 4;
     const int thread_in_group = threadIdx.x % kWarpgroupThreads;
-    const int barrier = kFwdEpilogueBarrierBase + warpgroup;
-    char* staging = smem + Layout::kOOffset + warpgroup * (kCfg.o_bytes() / 2);
+    const int barrier = fwd_epilogue_barrier(kCfg.consumer_warpgroups, warpgroup);
+    char* staging = smem + Layout::kOOffset + warpgroup * (kCfg.o_bytes() / kCfg.consumer_warpgroups);
     if (thread_in_group == 0) bulk_wait_group_read_all();
     named_barrier_sync(barrier, kWarpgroupThreads);
 #pragma unroll

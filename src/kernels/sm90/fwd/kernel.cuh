@@ -1,6 +1,6 @@
-// The persistent, warp-specialized forward kernel: warpgroup 0 produces (TMA loads, with its registers
-// given to the consumers), warpgroups 1 and 2 consume (the ping-pong pair). Every CTA walks the tile
-// order with stride gridDim.x.
+// The persistent, warp-specialized forward kernel: warpgroup 0 produces (claims tiles and issues the TMA
+// loads, with its registers given to the consumers), the other warpgroups consume. Each CTA's producer
+// hands it tile after tile (producer.cuh) until the tile order is exhausted.
 #pragma once
 
 #include <cstdint>
@@ -16,29 +16,19 @@
 
 namespace flash4::sm90 {
 
-// Register split after setmaxnreg. The pool is what the CTA got at launch (registers per thread under
-// the __launch_bounds__ cap, a multiple of 8, times the threads), not the whole register file: a
-// split that asks for more makes setmaxnreg.inc wait forever. 128 x 24 + 256 x 240 = 384 x 168.
-inline constexpr int kProducerRegisters = 24;
-inline constexpr int kConsumerRegisters = 240;
-inline constexpr int kRegisterFileSize = 65536;  // 32-bit registers per SM
-
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   using Layout = FwdSmemLayout<kHeadDim>;
   constexpr FwdTileConfig kCfg = Layout::kCfg;
-  static_assert(kCfg.consumer_warpgroups == 2, "the ping-pong schedule is written for two consumer warpgroups");
-  constexpr int kRegistersAtLaunch = (kRegisterFileSize / kCfg.threads()) / 8 * 8;
-  static_assert(kProducerRegisters * kWarpgroupThreads + kConsumerRegisters * 2 * kWarpgroupThreads <=
-                    kRegistersAtLaunch * kCfg.threads(),
+  static_assert(kFwdProducerRegisters * kWarpgroupThreads +
+                        kCfg.consumer_registers() * kCfg.consumer_warpgroups * kWarpgroupThreads <=
+                    kCfg.registers_at_launch() * kCfg.threads(),
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
   extern __shared__ char smem_raw[];
   // Dynamic shared memory is only guaranteed 16-byte aligned; swizzle atoms need 1 KiB. Rounded as an
-  // integer, not with align_shared (ptx/shared.cuh) as in the backward: that version measured 2.5% slower
-  // at D = 64 (H200, 16K, one run: 417.2 -> 406.6 non-causal, 403.5 -> 394.1 causal; D = 128 / 256 within
-  // 1.5%).
+  // integer, not with align_shared (ptx/shared.cuh) as in the backward: that version was slower here.
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
                                        ~uintptr_t(kSmemAlignment - 1));
   auto* bars = reinterpret_cast<FwdBarriers<kCfg.stages>*>(smem + Layout::kBarrierOffset);
@@ -56,16 +46,20 @@ __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
       mbarrier_init(&bars->k_empty[stage], consumer_warps);
       mbarrier_init(&bars->v_empty[stage], consumer_warps);
     }
+    for (int slot = 0; slot < TileHandout::kSlots; ++slot) {
+      mbarrier_init(&bars->tile_published[slot], 1);
+      mbarrier_init(&bars->tile_free[slot], consumer_warps);
+    }
     mbarrier_init_fence();
   }
   __syncthreads();
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
-    warpgroup_release_registers<kProducerRegisters>();
-    if (threadIdx.x == 0) FwdProducer<kHeadDim>::run(params, smem, bars);
+    warpgroup_release_registers<kFwdProducerRegisters>();
+    if (threadIdx.x == 0) FwdProducer<kHeadDim>{params, smem, bars}.run();
   } else {
-    warpgroup_claim_registers<kConsumerRegisters>();
+    warpgroup_claim_registers<kCfg.consumer_registers()>();
     FwdConsumer<Element, kHeadDim> consumer{warpgroup - 1, smem, bars};
     consumer.run(params);
   }

@@ -1,6 +1,8 @@
-// The producer role: one thread of the producer warpgroup walks the same tiles as the consumers and
-// streams Q once per tile and K/V block by block (last key block first, the order the consumers use)
-// through the shared-memory ring with TMA.
+// The producer role: one thread of the producer warpgroup claims the CTA's tiles, resolves each and hands
+// it to the consumers through the tile slots (pipeline.cuh), and streams its operands through the shared-memory
+// ring with TMA: K of the tile's first key block, then Q once the consumers are done with the previous
+// tile's Q, then the key blocks last to first with each block's V one block behind its K, the order in
+// which the consumers use them (S of block j + 1 is issued with the PV product of block j).
 #pragma once
 
 #include "kernels/common/fwd_params.hpp"
@@ -16,42 +18,69 @@ struct FwdProducer {
   using Layout = FwdSmemLayout<kHeadDim>;
   static constexpr FwdTileConfig kCfg = Layout::kCfg;
 
+  const FwdKernelParams& p;
+  char* smem;
+  FwdBarriers<kCfg.stages>* bars;
+  RingPosition<kCfg.stages> ring;  // the stage of the next V load; its block's K went into the same stage
+  uint32_t q_empty_parity = 1;  // the first wait passes: the buffer starts empty
+
   // Loads one tile-shaped operand box by box; boxes are swizzle-width column slices stacked in smem.
-  __device__ __forceinline__ static void load_tile(char* dst, const CUtensorMap* map, uint64_t* barrier, int rows, int row,
-                                                   int head, int batch) {
+  __device__ __forceinline__ static void load_boxes(char* dst, const CUtensorMap* map, uint64_t* barrier, int rows,
+                                                    int row, int head, int batch) {
 #pragma unroll
     for (int box = 0; box < kCfg.col_blocks(); ++box) {
       tma_load_4d(dst + box * rows * kCfg.swizzle_bytes, map, barrier, box * kCfg.box_cols(), row, head, batch);
     }
   }
 
-  __device__ static void run(const FwdKernelParams& p, char* smem, FwdBarriers<kCfg.stages>* bars) {
-    RingPosition<kCfg.stages> ring;
-    uint32_t q_empty_parity = 1;  // the first wait passes: the ring starts empty
-    const int num_tiles = p.order.num_tiles();
-    for (int linear = blockIdx.x; linear < num_tiles; linear += gridDim.x) {
-      const TileWork work = resolve_tile(p, linear, kCfg.block_m, kCfg.block_n);
-      if (work.keys.count() == 0) continue;  // consumers write zeros and -inf without loading anything
+  // K or V of key block `block` into the stage at `at`, once the consumers have released that stage.
+  __device__ __forceinline__ void load_kv(const CUtensorMap* map, int offset, uint64_t* full, uint64_t* empty,
+                                          RingPosition<kCfg.stages> at, const TileWork& work, int block) {
+    mbarrier_wait(&empty[at.stage], at.phase ^ 1);
+    mbarrier_arrive_expect_bytes(&full[at.stage], kCfg.kv_stage_bytes());
+    load_boxes(smem + offset + at.stage * kCfg.kv_stage_bytes(), map, &full[at.stage], kCfg.block_n,
+               work.k_row_base + block * kCfg.block_n, work.head_kv, work.tma_batch);
+  }
 
-      mbarrier_wait(&bars->q_empty, q_empty_parity);
-      q_empty_parity ^= 1;
-      mbarrier_arrive_expect_bytes(&bars->q_full, kCfg.q_bytes());
-      load_tile(smem + Layout::kQOffset, &p.tma_q, &bars->q_full, kCfg.block_m, work.q_row_base + work.m0, work.head,
-                work.tma_batch);
-
-      for (int block = work.keys.end - 1; block >= work.keys.begin; --block) {
-        const int key_row = work.k_row_base + block * kCfg.block_n;
-        const int stage_offset = ring.stage * kCfg.kv_stage_bytes();
-        mbarrier_wait(&bars->k_empty[ring.stage], ring.phase ^ 1);
-        mbarrier_arrive_expect_bytes(&bars->k_full[ring.stage], kCfg.kv_stage_bytes());
-        load_tile(smem + Layout::kKOffset + stage_offset, &p.tma_k, &bars->k_full[ring.stage], kCfg.block_n, key_row,
-                  work.head_kv, work.tma_batch);
-        mbarrier_wait(&bars->v_empty[ring.stage], ring.phase ^ 1);
-        mbarrier_arrive_expect_bytes(&bars->v_full[ring.stage], kCfg.kv_stage_bytes());
-        load_tile(smem + Layout::kVOffset + stage_offset, &p.tma_v, &bars->v_full[ring.stage], kCfg.block_n, key_row,
-                  work.head_kv, work.tma_batch);
-        ring.advance();
+  __device__ __forceinline__ void load_tile(const TileWork& work) {
+    const int last = work.keys.end - 1;
+    load_kv(&p.tma_k, Layout::kKOffset, bars->k_full, bars->k_empty, ring, work, last);
+    mbarrier_wait(&bars->q_empty, q_empty_parity);
+    q_empty_parity ^= 1;
+    mbarrier_arrive_expect_bytes(&bars->q_full, kCfg.q_bytes());
+    load_boxes(smem + Layout::kQOffset, &p.tma_q, &bars->q_full, kCfg.block_m(), work.q_row_base + work.m0, work.head,
+               work.tma_batch);
+    for (int block = last; block >= work.keys.begin; --block) {
+      if (block > work.keys.begin) {
+        RingPosition<kCfg.stages> next = ring;
+        next.advance();
+        load_kv(&p.tma_k, Layout::kKOffset, bars->k_full, bars->k_empty, next, work, block - 1);
       }
+      load_kv(&p.tma_v, Layout::kVOffset, bars->v_full, bars->v_empty, ring, work, block);
+      ring.advance();
+    }
+  }
+
+  __device__ __forceinline__ int next_claim(int linear) const {
+    return p.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(p.tile_counter, 1) : linear + int(gridDim.x);
+  }
+
+  // The CTA's tiles, resolved into the tile slots: each is published as soon as it is claimed, and the
+  // next one is claimed once this one's loads are issued, a few key blocks before the consumers finish it.
+  // Tiles without query rows (varlen tiles past the end of their sequence) are claimed past without being
+  // published; the last slot published holds one without rows.
+  __device__ void run() {
+    int linear = int(blockIdx.x);
+    for (int number = 0;; linear = next_claim(linear)) {
+      TileWork& work = free_slot(bars, number);
+      work.has_rows = false;
+      if (linear < p.num_tiles) {
+        resolve_tile(p, linear, kCfg.block_m(), kCfg.block_n, work);
+        if (!work.has_rows) continue;
+      }
+      publish_tile(bars, number++);
+      if (!work.has_rows) return;
+      if (work.keys.count() > 0) load_tile(work);  // else the consumers write zeros and -inf
     }
   }
 };

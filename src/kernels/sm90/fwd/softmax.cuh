@@ -7,6 +7,8 @@
 // threads of a quad.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/common/mask.hpp"
 #include "kernels/common/online_softmax.hpp"
 #include "kernels/common/soft_exp2.hpp"
@@ -48,17 +50,24 @@ struct RowSoftmax {
   }
 
   // Sets masked scores to -inf. row0: the tile-relative index of this thread's first row plus the
-  // tile's first row in its sequence; col0: the key block's first key.
+  // tile's first row in its sequence; col0: the key block's first key. Each row's visible keys in the
+  // block are one run, turned once per row into a bit per accumulator column of this thread
+  // (fragment_run), so an entry costs a bit test instead of the window evaluated per entry.
   __device__ __forceinline__ static void apply_mask(float (&s)[kRegs], const MaskSpec& mask, int row0, int col0) {
-    const int lane = threadIdx.x % 32;
+    static_assert(kRegs / 2 <= 64, "one 64-bit mask per row");
+    const int first_column = 2 * (threadIdx.x % 4);  // this thread's columns: first_column + 8 k + j
 #pragma unroll
-    for (int k = 0; k < kColBlocks; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      const RowSpan span = keys_seen_by_row(mask, row0 + 8 * i, col0 + first_column, kBlockN - first_column);
+      const FragmentRun run = fragment_run(span);
+      const uint64_t below_end = run.end >= 64 ? ~0ull : (1ull << run.end) - 1;
+      const uint64_t below_begin = run.begin >= 64 ? ~0ull : (1ull << run.begin) - 1;
+      const uint64_t visible = below_end & ~below_begin;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int k = 0; k < kColBlocks; ++k) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const int col = col0 + 8 * k + 2 * (lane % 4) + j;
-          if (!key_visible(mask, row0 + 8 * i, col)) s[4 * k + 2 * i + j] = kNegInf;
+          if (!((visible >> (2 * k + j)) & 1)) s[4 * k + 2 * i + j] = kNegInf;
         }
       }
     }
@@ -66,7 +75,7 @@ struct RowSoftmax {
 
   // Folds one S tile into the row state and turns S into unnormalized probabilities in place.
   // Returns true when the warp decided to move its maxima; `factor` then holds the multipliers for O.
-  __device__ __forceinline__ bool step(float (&s)[kRegs], float scale_log2, float threshold, float (&factor)[2]) {
+  __device__ __forceinline__ bool step(float (&s)[kRegs], float scale_log2, float (&factor)[2]) {
     float tile_max[2];
     bool wants_rescale = false;
 #pragma unroll
@@ -75,7 +84,7 @@ struct RowSoftmax {
 #pragma unroll
       for (int k = 0; k < kColBlocks; ++k) m = fmaxf(m, fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
       tile_max[i] = quad_max(m) * scale_log2;
-      wants_rescale |= needs_rescale(max_log2[i], tile_max[i], threshold);
+      wants_rescale |= needs_rescale(max_log2[i], tile_max[i], kLazyRescaleThresholdLog2);
     }
     // Warp-uniform decision: the O multiply below is skipped by the whole warp or done by it.
     const bool rescale = __any_sync(0xffffffffu, wants_rescale);

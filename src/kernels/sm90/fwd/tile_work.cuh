@@ -1,6 +1,6 @@
 // Resolves a linear persistent-tile index into the work of one CTA tile: which sequence and head, which
-// query rows, which key blocks. Producer and consumers call it with the same index and so agree on the
-// work without talking to each other.
+// query rows, which key blocks. The producer resolves each tile it claims and hands it to the consumers
+// (pipeline.cuh).
 #pragma once
 
 #include "kernels/common/fwd_params.hpp"
@@ -24,9 +24,10 @@ struct TileWork {
   bool has_rows;   // false when the tile lies past the end of its (varlen) sequence
 };
 
-__device__ __forceinline__ TileWork resolve_tile(const FwdKernelParams& p, int linear, int block_m, int block_n) {
+// Fills `work` (the producer's tile slot in shared memory: the producer has no registers to hold a tile).
+__device__ __forceinline__ void resolve_tile(const FwdKernelParams& p, int linear, int block_m, int block_n,
+                                             TileWork& work) {
   const Tile tile = tile_at(p.order, linear);
-  TileWork work;
   work.batch = tile.batch;
   work.head = tile.head;
   work.head_kv = tile.head / (p.heads_q / p.heads_kv);
@@ -37,10 +38,9 @@ __device__ __forceinline__ TileWork resolve_tile(const FwdKernelParams& p, int l
   work.seqlen_q = rows.seqlen_q;
   work.seqlen_k = rows.seqlen_k;
   work.tma_batch = rows.tma_batch;
-  work.has_rows = work.m0 < work.seqlen_q;
-  const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
+  work.has_rows = work.m0 < rows.seqlen_q;
+  const MaskSpec mask{rows.seqlen_q, rows.seqlen_k, p.window_left, p.window_right};
   work.keys = work.has_rows ? key_block_range(mask, work.m0, block_m, block_n) : KeyBlockRange{0, 0, 0, 0};
-  return work;
 }
 
 }  // namespace flash4::sm90
