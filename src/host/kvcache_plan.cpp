@@ -14,9 +14,9 @@ constexpr double kFillTolerance = 0.85;    // the fewest splits within this of t
 
 std::size_t align_up(std::size_t bytes) { return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; }
 
-// How full the last wave of `ctas` CTAs is, one CTA per SM per wave (1 when the waves are all full).
-double last_wave_fill(std::int64_t ctas, int sm_count) {
-  const double waves = static_cast<double>(ctas) / sm_count;
+// How full the last wave of `ctas` CTAs is, `wave` CTAs per wave (1 when the waves are all full).
+double last_wave_fill(std::int64_t ctas, std::int64_t wave) {
+  const double waves = static_cast<double>(ctas) / static_cast<double>(wave);
   return waves / std::ceil(waves);
 }
 
@@ -29,13 +29,15 @@ std::int64_t kvcache_capacity(const flash4_kvcache_params& p) {
 bool kvcache_plan_needs_device(const flash4_kvcache_params& p) { return p.num_splits == 0; }
 
 int choose_splits(std::int64_t ctas_per_split, int key_blocks, int sm_count) {
-  if (sm_count <= 0 || static_cast<double>(ctas_per_split) >= kBusyFraction * sm_count) return 1;
-  const int most = std::min({decode::kMaxSplits, sm_count, key_blocks / kMinBlocksPerSplit});
+  const std::int64_t wave = std::int64_t{sm_count} * decode::kCtasPerSm;
+  if (sm_count <= 0 || static_cast<double>(ctas_per_split) >= kBusyFraction * static_cast<double>(wave)) return 1;
+  const int most = static_cast<int>(
+      std::min<std::int64_t>({decode::kMaxSplits, wave, key_blocks / kMinBlocksPerSplit}));
   if (most <= 1) return 1;
   double best = 0;
-  for (int splits = 1; splits <= most; ++splits) best = std::max(best, last_wave_fill(ctas_per_split * splits, sm_count));
+  for (int splits = 1; splits <= most; ++splits) best = std::max(best, last_wave_fill(ctas_per_split * splits, wave));
   for (int splits = 1; splits <= most; ++splits) {
-    if (last_wave_fill(ctas_per_split * splits, sm_count) >= kFillTolerance * best) return splits;
+    if (last_wave_fill(ctas_per_split * splits, wave) >= kFillTolerance * best) return splits;
   }
   return 1;
 }

@@ -34,10 +34,10 @@ std::int64_t kvcache_capacity(const flash4_kvcache_params& params);
 bool kvcache_plan_needs_device(const flash4_kvcache_params& params);
 
 // The split-KV heuristic. ctas_per_split: CTAs of the unsplit grid; key_blocks: 64-key blocks of the
-// capacity. Splitting pays only while the unsplit grid leaves SMs idle: 1 when it covers at least 80% of
-// them or the keys are too few to share. Otherwise the fewest splits whose grid, counted in waves of
-// sm_count CTAs, fills its last wave within 85% as well as the best choice does, with at least
-// kMinBlocksPerSplit blocks per split and at most kMaxSplits splits.
+// capacity. A wave is sm_count * decode::kCtasPerSm CTAs (the CTAs that stream at once). Splitting pays only
+// while the unsplit grid leaves part of a wave idle: 1 when it fills at least 80% of one or the keys are too
+// few to share. Otherwise the fewest splits whose grid fills its last wave within 85% as well as the best
+// choice does, with at least kMinBlocksPerSplit blocks per split and at most kMaxSplits splits (and one wave).
 inline constexpr int kMinBlocksPerSplit = 4;
 int choose_splits(std::int64_t ctas_per_split, int key_blocks, int sm_count);
 

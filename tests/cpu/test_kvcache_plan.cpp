@@ -63,19 +63,21 @@ TEST(DecodeConfig, SharedMemoryLetsTwoCtasShareAnSm) {
   EXPECT_EQ(decode::Config<64>::kStages, 6);
 }
 
+// A wave is kCtasPerSm (2) CTAs per SM: 264 on the H200's 132 SMs.
 TEST(SplitHeuristic, LeavesAFullGridAlone) {
-  EXPECT_EQ(host::choose_splits(kH200Sms, 2048, kH200Sms), 1);
+  EXPECT_EQ(host::choose_splits(2 * kH200Sms, 2048, kH200Sms), 1);
   EXPECT_EQ(host::choose_splits(128 * 8, 2048, kH200Sms), 1);  // batch 128 x 8 KV heads
-  EXPECT_EQ(host::choose_splits(106, 2048, kH200Sms), 1);      // >= 80% of the SMs
+  EXPECT_EQ(host::choose_splits(212, 2048, kH200Sms), 1);      // >= 80% of a wave
+  EXPECT_EQ(host::choose_splits(16 * 8, 2048, kH200Sms), 2);   // batch 16: one CTA per SM, split in two
 }
 
 TEST(SplitHeuristic, SplitsASmallBatchToFillTheGpu) {
-  // batch 1 x 8 KV heads at 128K keys: 15 splits make 120 CTAs, 91% of 132 SMs, the first count within 85%
-  // of the best fill (33 splits: exactly two waves).
-  EXPECT_EQ(host::choose_splits(8, 2048, kH200Sms), 15);
-  // batch 8 x 8 KV heads: 2 splits, 128 CTAs.
-  EXPECT_EQ(host::choose_splits(64, 2048, kH200Sms), 2);
-  for (std::int64_t ctas : {1, 2, 5, 8, 13, 32, 64, 100}) {
+  // batch 1 x 8 KV heads at 128K keys: 29 splits make 232 CTAs, 88% of a wave, the first count within 85% of
+  // the best fill (33 splits: exactly one wave).
+  EXPECT_EQ(host::choose_splits(8, 2048, kH200Sms), 29);
+  // batch 8 x 8 KV heads: 4 splits, 256 CTAs.
+  EXPECT_EQ(host::choose_splits(64, 2048, kH200Sms), 4);
+  for (std::int64_t ctas : {1, 2, 5, 8, 13, 32, 64, 100, 200}) {
     const int splits = host::choose_splits(ctas, 4096, kH200Sms);
     EXPECT_GT(splits, 1) << ctas;
     EXPECT_GE(ctas * splits, static_cast<std::int64_t>(0.8 * kH200Sms)) << ctas << " CTAs, " << splits << " splits";
@@ -85,9 +87,9 @@ TEST(SplitHeuristic, SplitsASmallBatchToFillTheGpu) {
 TEST(SplitHeuristic, NeverSplitsBelowFourBlocksPerSplitNorBeyondTheLimits) {
   EXPECT_EQ(host::choose_splits(8, 4, kH200Sms), 1);  // 256 keys: nothing to share
   EXPECT_EQ(host::choose_splits(8, 8, kH200Sms), 2);  // 512 keys: at most 2 splits of 4 blocks
-  // One CTA: the fill grows with the splits up to kMaxSplits (128 of 132 SMs); the first within 85% is 109.
+  // One CTA: the fill grows with the splits up to kMaxSplits (128 of a 264-CTA wave); the first within 85% is 109.
   EXPECT_EQ(host::choose_splits(1, 1 << 20, kH200Sms), 109);
-  EXPECT_LE(host::choose_splits(1, 1 << 20, 16), 16);  // never more splits than SMs
+  EXPECT_LE(host::choose_splits(1, 1 << 20, 16), 2 * 16);  // never more splits than one wave holds
   for (int blocks = 1; blocks <= 64; ++blocks) {
     const int splits = host::choose_splits(1, blocks, kH200Sms);
     EXPECT_TRUE(splits == 1 || blocks / splits >= host::kMinBlocksPerSplit) << blocks << " blocks, " << splits;
@@ -147,8 +149,8 @@ TEST(KvcachePlan, HeuristicSplitsFollowTheSmCountAndPagedCapacity) {
   p.page_size = 64;  // 128K keys
   EXPECT_EQ(host::kvcache_capacity(p), 131072);
   EXPECT_TRUE(host::kvcache_plan_needs_device(p));
-  EXPECT_EQ(host::plan_kvcache(p, kH200Sms).splits, 15);
-  EXPECT_EQ(host::plan_kvcache(p, 16).splits, 2);  // 8 KV heads x 2 = one wave of 16 SMs
+  EXPECT_EQ(host::plan_kvcache(p, kH200Sms).splits, 29);
+  EXPECT_EQ(host::plan_kvcache(p, 16).splits, 4);  // 8 KV heads x 4 = one wave of 16 SMs x 2
   p.num_splits = 3;
   EXPECT_FALSE(host::kvcache_plan_needs_device(p));
 }

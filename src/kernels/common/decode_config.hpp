@@ -21,8 +21,12 @@ inline constexpr int kBlockKeys = 64;     // keys per pipeline stage
 inline constexpr int kChunkBytes = 16;    // one cp.async / vector access
 inline constexpr int kElementBytes = 2;   // bf16 and fp16
 inline constexpr int kMaxSplits = 128;    // the largest num_splits a call may ask for
-// The ring's K and V stages take at most this much shared memory, so that two CTAs fit on one SM with Q
-// and the slack the driver keeps per CTA (2 x (96 + 16 + 1) KiB <= 228 KiB at head_dim 128).
+// CTAs meant to share an SM: a CTA keeps at most kStages - 1 key blocks in flight (64 KiB at head_dim 128),
+// and two of them keep enough bytes in flight to stream an SM's share of the DRAM bandwidth. So the ring's K
+// and V stages take at most kStageBudgetBytes, which lets two CTAs fit with Q and the slack the driver keeps
+// per CTA (2 x (96 + 16 + 1) KiB <= 228 KiB at head_dim 128), and the split heuristic counts kCtasPerSm
+// CTAs per SM.
+inline constexpr int kCtasPerSm = 2;
 inline constexpr int kStageBudgetBytes = 96 * 1024;
 
 FLASH4_HD constexpr bool supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
