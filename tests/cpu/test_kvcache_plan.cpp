@@ -2,12 +2,15 @@
 // page-size division, the row tiling, the split-KV heuristic and the workspace of the split partials.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 
 #include "flash4/flash4_kvcache.h"
 #include "host/kvcache_plan.hpp"
 #include "kernels/common/decode_config.hpp"
+#include "kernels/common/decode_work.hpp"
 #include "kernels/common/fast_divmod.hpp"
 
 namespace flash4 {
@@ -94,6 +97,39 @@ TEST(SplitHeuristic, NeverSplitsBelowFourBlocksPerSplitNorBeyondTheLimits) {
     const int splits = host::choose_splits(1, blocks, kH200Sms);
     EXPECT_TRUE(splits == 1 || blocks / splits >= host::kMinBlocksPerSplit) << blocks << " blocks, " << splits;
   }
+}
+
+TEST(DecodeWork, SplitSharesPartitionTheBlocksInOrder) {
+  for (int begin = 0; begin < 5; ++begin) {
+    for (int end = 0; end < 40; ++end) {
+      for (int splits = 1; splits <= 20; ++splits) {
+        int next = begin;
+        for (int split = 0; split < splits; ++split) {
+          const decode::BlockShare share = decode::split_share(begin, end, splits, split);
+          ASSERT_LE(share.begin, share.end);
+          if (share.begin == share.end) continue;  // empty shares may sit anywhere
+          ASSERT_EQ(share.begin, next) << begin << ".." << end << " / " << splits << ", split " << split;
+          ASSERT_LE(share.end - share.begin, (end - begin + splits - 1) / splits);
+          next = share.end;
+        }
+        ASSERT_EQ(next, std::max(begin, end)) << "the shares cover the blocks";
+      }
+    }
+  }
+}
+
+TEST(DecodeWork, SequenceValidityNeverOverflows) {
+  constexpr int kMax = std::numeric_limits<int>::max(), kMin = std::numeric_limits<int>::min();
+  EXPECT_TRUE(decode::sequence_is_valid(0, 0, 1, false, 0, 1));
+  EXPECT_TRUE(decode::sequence_is_valid(10, 6, 16, true, -7, 0));  // paged: cache_seq is not used
+  EXPECT_TRUE(decode::sequence_is_valid(0, 16, 16, false, 2, 3));
+  EXPECT_FALSE(decode::sequence_is_valid(1, 16, 16, false, 2, 3));
+  EXPECT_FALSE(decode::sequence_is_valid(-1, 0, 16, false, 0, 3));
+  EXPECT_FALSE(decode::sequence_is_valid(kMax, 1, kMax - 128, true, 0, 0));
+  EXPECT_FALSE(decode::sequence_is_valid(kMin, 1, 16, true, 0, 0));
+  EXPECT_FALSE(decode::sequence_is_valid(0, 0, 16, false, 3, 3));
+  EXPECT_FALSE(decode::sequence_is_valid(0, 0, 16, false, -1, 3));
+  EXPECT_FALSE(decode::sequence_is_valid(0, 0, 16, false, kMin, 3));
 }
 
 flash4_kvcache_params decode_call(int batch, int seqlen_q, int capacity, int num_splits) {

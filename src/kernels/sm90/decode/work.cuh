@@ -7,6 +7,7 @@
 
 #include "kernels/common/decode_config.hpp"
 #include "kernels/common/decode_params.hpp"
+#include "kernels/common/decode_work.hpp"
 #include "kernels/common/mask.hpp"
 
 namespace flash4::decode {
@@ -46,9 +47,7 @@ __device__ __forceinline__ CtaWork resolve_work(const DecodeParams& p, int row_t
 
   w.cached = p.cache_seqlens != nullptr ? p.cache_seqlens[w.batch] : p.capacity;
   w.cache_seq = p.cache_batch_idx != nullptr ? p.cache_batch_idx[w.batch] : w.batch;
-  // cached <= capacity - seqlen_new, written so that nothing overflows for any int values.
-  w.valid = w.cached >= 0 && w.cached <= p.capacity - p.seqlen_new &&
-            (p.block_table != nullptr || (w.cache_seq >= 0 && w.cache_seq < p.cache_batch));
+  w.valid = sequence_is_valid(w.cached, p.seqlen_new, p.capacity, p.block_table != nullptr, w.cache_seq, p.cache_batch);
   w.keys = w.valid ? w.cached + p.seqlen_new : 0;
   w.appends = w.valid && p.seqlen_new > 0 && w.split == 0 && w.row_block == 0;
 
@@ -57,10 +56,9 @@ __device__ __forceinline__ CtaWork resolve_work(const DecodeParams& p, int row_t
   const int last_query = (w.row0 + w.row_count - 1) / p.group;
   w.range = key_block_range(w.mask, first_query, last_query - first_query + 1, kBlockKeys);
   // Each split takes an equal share of this sequence's blocks (sequences of different lengths split alike).
-  const int per_split = (w.range.count() + p.splits - 1) / p.splits;
-  w.block_begin = w.range.begin + w.split * per_split;
-  w.block_end = min_int(w.range.end, w.block_begin + per_split);
-  if (w.range.count() == 0 || w.block_begin > w.block_end) w.block_begin = w.block_end = w.range.begin;
+  const BlockShare share = split_share(w.range.begin, w.range.end, p.splits, w.split);
+  w.block_begin = share.begin;
+  w.block_end = share.end;
   return w;
 }
 
