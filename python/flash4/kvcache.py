@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import _kvcache_abi, ops
 from ._loader import load_library
-from .interface import _check_int, _check_real, _values_readable
+from .interface import _check_int, _options, _values_readable
 
 HEAD_DIMS = (64, 128)
 MAX_SPLITS = 128
@@ -71,10 +71,11 @@ def flash_attn_with_kvcache(
     capacity = k_cache.shape[1] * (block_table.shape[1] if paged else 1)
     cache_seqlens = _cache_seqlens_tensor(cache_seqlens, q, capacity, seqlen_new)
     _check_int("num_splits", num_splits, low=0, high=MAX_SPLITS)
-    if cache_seqlens is not None and _values_readable(cache_seqlens):
+    if _values_readable(q) and (cache_seqlens is not None or cache_batch_idx is not None or paged):
         check_device_values(cache_seqlens, seqlen_new, capacity, k_cache.shape[0], cache_batch_idx, block_table,
                             k_cache.shape[1] if paged else 0)
-    options = _options(q, softmax_scale, causal, window_size, softcap)
+    # flash_attn_func's checks; the last of its options (deterministic) concerns only a backward.
+    options = _options(q, softmax_scale, causal, window_size, softcap, False)[:5]
     out, lse = torch.ops.flash4.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                                         *options, num_splits)
     return (out, lse) if return_softmax_lse else out
@@ -85,7 +86,10 @@ def check_device_values(cache_seqlens, seqlen_new, capacity, cache_slots, cache_
     """Check the device-side int32 tensors against the cache (one copy to the host, so the stream is waited
     for): every sequence's appended rows fit its capacity, cache_batch_idx names one of the cache_slots cache
     sequences, and the block_table entries of the pages a sequence uses name one of the cache_slots pages
-    (entries past them are never read and may hold anything)."""
+    (entries past them are never read and may hold anything). cache_seqlens None: every sequence is full."""
+    if cache_seqlens is None:
+        reference = block_table if block_table is not None else cache_batch_idx
+        cache_seqlens = torch.full((reference.shape[0],), capacity, dtype=torch.int32, device=reference.device)
     lengths = cache_seqlens.long()
     bad = {"cache_seqlens": (lengths < 0) | (lengths > capacity - seqlen_new)}
     if cache_batch_idx is not None:
@@ -177,28 +181,6 @@ def _check_index_tensor(name, t, q, rows, dim=1):
     if t.dim() != dim or t.shape[0] != rows or t.stride(-1) != 1 or min(t.shape) < 1:
         raise ValueError(f"{name} must be {dim}-D with {rows} (batch) rows and a contiguous last dimension, got "
                          f"shape {tuple(t.shape)} with strides {t.stride()}")
-
-
-def _options(q, softmax_scale, causal, window_size, softcap):
-    """(softmax_scale, causal, window_left, window_right, softcap), checked and normalized."""
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
-    _check_real("softmax_scale", softmax_scale)
-    if softmax_scale <= 0:
-        raise ValueError(f"softmax_scale must be positive, got {softmax_scale}")
-    _check_real("softcap", softcap)
-    if softcap < 0:
-        raise ValueError(f"softcap must be >= 0 (0 turns it off), got {softcap}")
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
-    left, right = window_size
-    _check_int("window_size[0]", left, low=-1)
-    _check_int("window_size[1]", right, low=-1)
-    if causal:
-        if right not in (-1, 0):
-            raise ValueError(f"window_size[1] = {right} contradicts causal=True, which means a right window of 0")
-        right = 0
-    return float(softmax_scale), bool(causal), left, right, float(softcap)
 
 
 def kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_batch_idx, block_table, softmax_scale,

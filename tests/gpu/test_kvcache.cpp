@@ -30,16 +30,21 @@ std::vector<DecodeKernel> built_decode_kernels() {
   return kernels;
 }
 
+// A function that appends `base` changed by an edit to `cases`.
+auto adder(std::vector<KvcacheCase>& cases, const KvcacheCase& base) {
+  return [&cases, base](auto edit) {
+    KvcacheCase c = base;
+    edit(c);
+    cases.push_back(c);
+  };
+}
+
 // Cases every built (dtype, head dim) runs.
 void add_kernel_cases(const DecodeKernel& kernel, std::vector<KvcacheCase>& cases) {
   KvcacheCase base;
   base.dtype = kernel.dtype;
   base.head_dim = kernel.head_dim;
-  const auto add = [&](auto edit) {
-    KvcacheCase c = base;
-    edit(c);
-    cases.push_back(c);
-  };
+  const auto add = adder(cases, base);
   // Decoding without appends: a full cache (cache_seqlens NULL), ragged lengths with an empty one, unsplit
   // and split.
   add([](KvcacheCase& c) { c.capacity = 300; });
@@ -91,11 +96,7 @@ std::vector<KvcacheCase> kvcache_grid() {
   for (const DecodeKernel& kernel : kernels) {
     if (kernel.dtype == FLASH4_DTYPE_BF16 && kernel.head_dim == 128) base.head_dim = 128, base.dtype = kernel.dtype;
   }
-  const auto add = [&](auto edit) {
-    KvcacheCase c = base;
-    edit(c);
-    cases.push_back(c);
-  };
+  const auto add = adder(cases, base);
   // Page sizes 1..256, powers of two and not; appends of 5 rows cross page boundaries (keys 61..65 cross 64,
   // 30..34 cross 32 and 16 and 48-row pages).
   for (int page : {1, 16, 32, 48, 64, 100, 128, 256}) {

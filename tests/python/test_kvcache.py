@@ -167,6 +167,8 @@ def test_device_values_pass_when_in_range():
          r"block_table\[0, 1\] = 8|block_table\[0\]\[1\] = 8"),
         (dict(cache_seqlens=cpu([0, 0]), seqlen_new=1, block_table=cpu([[1, 0, 0], [-2, 2, 2]]), page_size=4),
          r"block_table\[1\]\[0\] = -2"),
+        (dict(cache_seqlens=None, seqlen_new=0, block_table=cpu([[1, 0, 0], [2, 2, 3]]), page_size=4, capacity=12),
+         r"block_table\[1\]\[2\] = 3"),  # no cache_seqlens: full sequences use every page
     ],
 )
 def test_device_values_out_of_range_raise_naming_the_entry(arguments, message):
