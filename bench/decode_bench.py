@@ -20,7 +20,8 @@ contiguous (batch, N, heads_kv, D) or paged in pages of 64 rows, randomly placed
 Each row: mode "decode", D, causal (false: with N >> seqlen_q the mask changes nothing measurable, and SDPA's
 is_causal would align it top-left), N, B, H (heads_q), Hkv, Sq, page_size (0: contiguous), provider, ms,
 tflops (4 B H Sq N D / time), bandwidth_tbs (K and V bytes read, B N Hkv D 2 x 2 bytes, / time). flash4 rows
-also carry max_abs_diff, against the first SDPA backend that ran. Timing: triton.testing.do_bench's median
+also carry max_abs_diff, against the first SDPA backend that ran, and host_us, the host time to enqueue one
+call (the Python op fills the C struct through ctypes: a row whose ms is near it measures the host). Timing: triton.testing.do_bench's median
 (it zeroes a 256 MB buffer between calls, so the cache is not served from L2). The summary lists, per case,
 flash4 / fastest SDPA / fa4_cute and the ratios.
 """
@@ -156,7 +157,7 @@ def run_case(case, args, failures):
             failures.setdefault(name, str(error).split("\n")[0][:300])
     fn = flash4_fn(case)
     diff = None if reference is None else round((fn().float() - reference).abs().max().item(), 5)
-    rows.append(row(case, "flash4", median_ms(fn, args), max_abs_diff=diff))
+    rows.append(row(case, "flash4", median_ms(fn, args), max_abs_diff=diff, host_us=round(py_bench.host_us(fn), 1)))
     if not args.no_fa4 and "fa4_cute_import" not in failures:
         try:
             rows.append(row(case, "fa4_cute", median_ms(fa4_fn(case), args)))

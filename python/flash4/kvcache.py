@@ -18,7 +18,7 @@ gets NaN output rows, and nothing is read or written outside the cache.
 """
 
 import ctypes
-import math
+import functools
 from typing import Optional
 
 import torch
@@ -214,6 +214,12 @@ def kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_bat
     return p
 
 
+@functools.cache
+def _library():
+    """The opened library with the kvcache entry points declared (once; a failure is not cached)."""
+    return _kvcache_abi.bind(load_library())
+
+
 def _empty_outputs(q):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
@@ -231,7 +237,7 @@ def kvcache(
     out, lse = _empty_outputs(q)
     params = kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_batch_idx, block_table,
                             softmax_scale, causal, window_left, window_right, softcap, num_splits)
-    lib = _kvcache_abi.bind(load_library())
+    lib = _library()
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         error, workspace = ops.call_library(
