@@ -182,4 +182,7 @@ FLASH4_API flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stre
 } /* extern "C" */
 #endif
 
+/* Attention against a KV cache (decoding): flash4_kvcache_params and flash4_kvcache*(). */
+#include "flash4/flash4_kvcache.h"
+
 #endif /* FLASH4_FLASH4_H */

@@ -389,3 +389,6 @@ inline Status backward(const BackwardTensors& tensors, const AttnOptions& option
 }
 
 }  // namespace flash4
+
+// Attention against a KV cache (decoding): KvcacheTensors, make_kvcache_params, kvcache.
+#include "flash4/flash4_kvcache.hpp"

@@ -12,6 +12,7 @@ flash4::varlen_bwd (flash4.ops).
 from ._abi import Flash4Error, Flash4NotImplementedError
 from ._loader import Flash4LibraryError, library_version
 from .interface import flash_attn_func, flash_attn_varlen_func
+from .kvcache import flash_attn_with_kvcache
 
 # The package version; pyproject.toml reads it from here.
 __version__ = "0.1.0"

@@ -7,11 +7,9 @@
 // returned as FLASH4_ERROR_INTERNAL: std::bad_alloc means the host ran out of memory while planning, any other
 // exception is a library bug; neither is the caller's argument, so neither may read as INVALID_ARGUMENT.
 #include <cstdio>
-#include <cstring>
-#include <exception>
-#include <new>
 #include <utility>
 
+#include "api/entry.hpp"
 #include "api/validate.hpp"
 #include "flash4/flash4.h"
 #include "flash4_version.hpp"
@@ -26,42 +24,21 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 1024;
 thread_local char t_last_error[kMaxMessageBytes] = "";
 
-flash4_status record(flash4_status status, const char* prefix, const char* message) noexcept {
+}  // namespace
+
+// entry.hpp: the one writer of this thread's last error.
+flash4_status flash4::api::record(flash4_status status, const char* prefix, const char* message) noexcept {
   std::snprintf(t_last_error, sizeof(t_last_error), "%s%s", prefix, message);
   return status;
 }
 
-flash4_status record(const flash4::api::Check& check) noexcept {
-  return record(check.status, "", check.ok() ? "" : check.message.c_str());
-}
+namespace {
 
-// Runs one entry point's body (returning a Check) with every exception turned into a status.
-template <class Body>
-flash4_status guarded(Body&& body) noexcept {
-  try {
-    return record(body());
-  } catch (const std::bad_alloc&) {
-    return record(FLASH4_ERROR_INTERNAL, "out of host memory", "");
-  } catch (const std::exception& e) {
-    return record(FLASH4_ERROR_INTERNAL, "internal error: ", e.what());
-  } catch (...) {
-    return record(FLASH4_ERROR_INTERNAL, "internal error: an unknown C++ exception", "");
-  }
-}
+using flash4::api::guarded;
+using flash4::api::load;
 
 flash4::api::Check validate(const flash4_fwd_params& p) { return flash4::api::validate_fwd(p); }
 flash4::api::Check validate(const flash4_bwd_params& p) { return flash4::api::validate_bwd(p); }
-
-// Copies the caller's struct into a current-layout one. A caller built against an older header has a smaller
-// struct_size; only that many bytes are read, and fields appended since keep the defaults set here (none yet:
-// there is one layout). An unknown size copies nothing but struct_size, which validation then rejects.
-template <class Params>
-Params load(const Params& caller) {
-  Params params{};
-  params.struct_size = caller.struct_size;
-  if (flash4::api::is_known_struct_size(caller)) std::memcpy(&params, &caller, caller.struct_size);
-  return params;
-}
 
 // Loads and validates the caller's params into `out` (canonicalized when valid).
 template <class Params>

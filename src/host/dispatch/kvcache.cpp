@@ -1,0 +1,180 @@
+// Implements host/kvcache.hpp: the registry of decode kernels, the kernel parameters, the workspace check and
+// the launch.
+#include "host/kvcache.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "built_decode_kernels.hpp"
+#include "host/device_info.hpp"
+#include "host/kvcache_plan.hpp"
+#include "kernels/common/decode_params.hpp"
+
+namespace flash4::kernels {
+// Defined in the generated translation units (build/generated/decode_<dtype>_d<D>.cu).
+#define FLASH4_DECLARE_DECODE(dtype, head_dim) \
+  cudaError_t launch_decode_##dtype##_d##head_dim(const DecodeParams&, int row_tiles, int ctas, cudaStream_t);
+FLASH4_FOR_EACH_BUILT_DECODE_KERNEL(FLASH4_DECLARE_DECODE)
+#undef FLASH4_DECLARE_DECODE
+}  // namespace flash4::kernels
+
+namespace flash4::host {
+namespace {
+
+using DecodeLaunchFn = cudaError_t (*)(const DecodeParams&, int, int, cudaStream_t);
+
+struct DecodeEntry {
+  flash4_dtype dtype;
+  int head_dim;
+  DecodeLaunchFn launch;
+};
+
+#define FLASH4_DECODE_ENTRY(dtype, head_dim)                                                        \
+  DecodeEntry{std::string_view(#dtype) == "bf16" ? FLASH4_DTYPE_BF16 : FLASH4_DTYPE_FP16, head_dim, \
+              &kernels::launch_decode_##dtype##_d##head_dim},
+constexpr DecodeEntry kEntries[] = {FLASH4_FOR_EACH_BUILT_DECODE_KERNEL(FLASH4_DECODE_ENTRY)
+                                        DecodeEntry{FLASH4_DTYPE_BF16, 0, nullptr}};
+#undef FLASH4_DECODE_ENTRY
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr std::size_t kWorkspaceAlignment = 256;
+
+const char* dtype_name(flash4_dtype dtype) { return dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16"; }
+
+DecodeLaunchFn find_decode_kernel(flash4_dtype dtype, int head_dim) {
+  for (const DecodeEntry& entry : kEntries) {
+    if (entry.launch != nullptr && entry.dtype == dtype && entry.head_dim == head_dim) return entry.launch;
+  }
+  return nullptr;
+}
+
+std::string built_decode_kernels() {
+  std::string list;
+  for (const DecodeEntry& entry : kEntries) {
+    if (entry.launch == nullptr) continue;
+    if (!list.empty()) list += ' ';
+    list += dtype_name(entry.dtype);
+    list += "/d";
+    list += std::to_string(entry.head_dim);
+  }
+  return list.empty() ? "none" : list;
+}
+
+RowStrides strides_of(const flash4_strides& s) { return RowStrides{s.batch, s.seq, s.head}; }
+
+// The plan for these params on the current device (the SM count only matters when num_splits is 0).
+LaunchResult plan_on_device(const flash4_kvcache_params& p, KvcachePlan& plan) {
+  LaunchResult result;
+  int sm_count = 0;
+  if (kvcache_plan_needs_device(p)) {
+    DeviceInfo device;
+    result.status = current_device_info(device, result.message);
+    if (result.status != FLASH4_SUCCESS) return result;
+    sm_count = device.sm_count;
+  }
+  plan = plan_kvcache(p, sm_count);
+  return result;
+}
+
+DecodeParams kernel_params(const flash4_kvcache_params& p, const KvcachePlan& plan) {
+  DecodeParams kp{};
+  kp.q = p.q;
+  kp.k_cache = p.k_cache;
+  kp.v_cache = p.v_cache;
+  kp.k_new = p.seqlen_new > 0 ? p.k_new : nullptr;
+  kp.v_new = p.seqlen_new > 0 ? p.v_new : nullptr;
+  kp.o = p.o;
+  kp.lse = p.lse;
+  kp.q_strides = strides_of(p.q_strides);
+  kp.k_cache_strides = strides_of(p.k_cache_strides);
+  kp.v_cache_strides = strides_of(p.v_cache_strides);
+  kp.k_new_strides = strides_of(p.k_new_strides);
+  kp.v_new_strides = strides_of(p.v_new_strides);
+  kp.o_strides = strides_of(p.o_strides);
+  kp.batch = p.batch;
+  kp.seqlen_q = p.seqlen_q;
+  kp.seqlen_new = p.seqlen_new;
+  kp.heads_q = p.heads_q;
+  kp.heads_kv = p.heads_kv;
+  kp.group = plan.group;
+  kp.rows = plan.rows;
+  kp.row_blocks = plan.row_blocks;
+  kp.capacity = plan.capacity;
+  kp.cache_batch = p.cache_batch;
+  kp.cache_seqlens = p.cache_seqlens;
+  kp.cache_batch_idx = p.block_table != nullptr ? nullptr : p.cache_batch_idx;
+  kp.block_table = p.block_table;
+  kp.block_table_stride = p.block_table_stride;
+  kp.num_pages = p.num_pages;
+  kp.page = FastDivmod::make(p.block_table != nullptr ? static_cast<std::uint32_t>(p.page_size) : 1u);
+  kp.has_softcap = p.softcap > 0.0f;
+  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
+  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  kp.window_left = p.window_left;
+  kp.window_right = p.window_right;
+  kp.splits = plan.splits;
+  if (plan.splits > 1) {
+    char* workspace = static_cast<char*>(p.workspace);
+    kp.partial_o = reinterpret_cast<float*>(workspace);
+    kp.partial_lse = reinterpret_cast<float*>(workspace + plan.partial_lse_offset);
+  }
+  return kp;
+}
+
+std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
+
+}  // namespace
+
+LaunchResult kvcache_workspace_bytes(const flash4_kvcache_params& p, std::size_t& bytes) {
+  KvcachePlan plan;
+  LaunchResult result = plan_on_device(p, plan);
+  bytes = result.status == FLASH4_SUCCESS ? plan.workspace_bytes : 0;
+  return result;
+}
+
+LaunchResult launch_kvcache(const flash4_kvcache_params& p, flash4_stream_t stream) {
+  LaunchResult result;
+  const DecodeLaunchFn launch = find_decode_kernel(p.dtype, p.head_dim);
+  if (launch == nullptr) {
+    result.status = FLASH4_ERROR_NO_KERNEL;
+    result.message = std::string("no decode kernel for ") + dtype_name(p.dtype) + "/d" + std::to_string(p.head_dim) +
+                     " in this build (built: " + built_decode_kernels() +
+                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including it";
+    return result;
+  }
+  KvcachePlan plan;
+  result = plan_on_device(p, plan);
+  if (result.status != FLASH4_SUCCESS) return result;
+  if (plan.workspace_bytes > 0) {
+    if (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes) {
+      result.status = FLASH4_ERROR_INVALID_ARGUMENT;
+      result.message = "workspace: this call runs " + std::to_string(plan.splits) + " splits and needs " +
+                       size_text(plan.workspace_bytes) + " of device memory (got " +
+                       (p.workspace == nullptr ? std::string("NULL") : size_text(p.workspace_bytes)) +
+                       "); size it with flash4_kvcache_workspace_size on the device of the call";
+      return result;
+    }
+    if (reinterpret_cast<std::uintptr_t>(p.workspace) % kWorkspaceAlignment != 0) {
+      result.status = FLASH4_ERROR_MISALIGNED;
+      result.message = "workspace: the address must be " + std::to_string(kWorkspaceAlignment) +
+                       "-byte aligned (cudaMalloc and torch's allocator give that)";
+      return result;
+    }
+  }
+  DeviceInfo device;  // also when the plan did not need it: launching needs a Hopper device
+  result.status = current_device_info(device, result.message);
+  if (result.status != FLASH4_SUCCESS) return result;
+  const cudaError_t status = launch(kernel_params(p, plan), plan.row_tiles, static_cast<int>(plan.ctas),
+                                    reinterpret_cast<cudaStream_t>(stream));
+  if (status != cudaSuccess) {
+    result.status = FLASH4_ERROR_CUDA;
+    result.message = std::string("kvcache launch (") + dtype_name(p.dtype) + "/d" + std::to_string(p.head_dim) +
+                     ", " + std::to_string(plan.splits) + " splits): " + cudaGetErrorString(status);
+  }
+  return result;
+}
+
+}  // namespace flash4::host

@@ -1,0 +1,43 @@
+// Host-side launch of one decode instantiation (dtype, head dim): the main kernel for the call's row tiles,
+// then, when the key range is split, the combine kernel, both on the caller's stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/common/decode_config.hpp"
+#include "kernels/common/decode_params.hpp"
+#include "kernels/sm90/decode/combine.cuh"
+#include "kernels/sm90/decode/kernel.cuh"
+
+namespace flash4::decode {
+
+inline constexpr int kSharedAlignmentSlack = 128;  // the kernel aligns its dynamic shared memory to 128 bytes
+
+template <class Element, int kHeadDim, int kRowTiles>
+cudaError_t launch_main(const DecodeParams& params, int ctas, cudaStream_t stream) {
+  constexpr int kSharedBytes = Config<kHeadDim>::kSharedBytes + kSharedAlignmentSlack;
+  auto* kernel = &decode_kernel<Element, kHeadDim, kRowTiles>;
+  // Cheap and idempotent; per launch so that every device the process uses gets it.
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  if (status != cudaSuccess) return status;
+  kernel<<<ctas, kThreads, kSharedBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+// ctas: the main grid (row_blocks x splits x heads_kv x batch); row_tiles: row_tiles_for(params.rows).
+template <class Element, int kHeadDim>
+cudaError_t launch_decode(const DecodeParams& params, int row_tiles, int ctas, cudaStream_t stream) {
+  cudaError_t status = cudaSuccess;
+  switch (row_tiles) {
+    case 1: status = launch_main<Element, kHeadDim, 1>(params, ctas, stream); break;
+    case 2: status = launch_main<Element, kHeadDim, 2>(params, ctas, stream); break;
+    default: status = launch_main<Element, kHeadDim, kMaxRowTiles>(params, ctas, stream); break;
+  }
+  if (status != cudaSuccess || params.splits == 1) return status;
+  const long long rows = static_cast<long long>(params.batch) * params.seqlen_q * params.heads_q;
+  const unsigned blocks = static_cast<unsigned>((rows + kCombineWarps - 1) / kCombineWarps);
+  combine_kernel<Element, kHeadDim><<<blocks, 32 * kCombineWarps, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash4::decode
