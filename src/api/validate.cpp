@@ -173,25 +173,17 @@ Check validate(const Problem& p, const std::vector<Tensor>& tensors, detail::Lse
   return detail::check_memory(p, tensors, lse);
 }
 
-// The lengths that bound every sequence: fixed lengths, or max_seqlen no larger than all rows.
-template <class Params>
-void canonical_lengths(Params& p, std::int32_t& longest_q, std::int32_t& longest_k) {
-  if (p.cu_seqlens_q == nullptr) {
-    longest_q = p.seqlen_q;
-    longest_k = p.seqlen_k;
-    return;
-  }
-  // max(total, 1) keeps max_seqlen >= 1 (rule 4) for an empty problem, which runs no planner anyway.
-  p.max_seqlen_q = std::min(p.max_seqlen_q, std::max(p.total_q, 1));
-  p.max_seqlen_k = std::min(p.max_seqlen_k, std::max(p.total_k, 1));
-  longest_q = p.max_seqlen_q;
-  longest_k = p.max_seqlen_k;
-}
-
 template <class Params>
 Params canonical(Params p) {
-  std::int32_t longest_q = 0, longest_k = 0;
-  canonical_lengths(p, longest_q, longest_k);
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  // The lengths that bound every sequence: fixed lengths, or max_seqlen no larger than all rows.
+  const std::int32_t longest_q = varlen ? std::min(p.max_seqlen_q, p.total_q) : p.seqlen_q;
+  const std::int32_t longest_k = varlen ? std::min(p.max_seqlen_k, p.total_k) : p.seqlen_k;
+  if (varlen) {
+    // max(total, 1) keeps max_seqlen >= 1 (rule 4) for an empty problem, which runs no planner anyway.
+    p.max_seqlen_q = std::max(longest_q, 1);
+    p.max_seqlen_k = std::max(longest_k, 1);
+  }
   // Query i sees key j >= i + Sk - Sq - left: for every i and j < Sk when left >= Sk - 1; and j <= i + Sk - Sq
   // + right for every i and j when right >= Sq - 1. Such an edge is no edge, and as -1 it keeps the kernels'
   // mask sums (lengths plus a window) within int32 (rule 11's lengths leave room for a few of them).

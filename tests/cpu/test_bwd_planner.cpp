@@ -197,13 +197,18 @@ TEST(BwdPlanner, DeterministicModeSplitsTheDqAccumulator) {
   }
 }
 
+// causal = 1 is a right edge of 0 whatever window_right holds (FlashAttention's meaning; the C ABI accepts any
+// window_right >= -1 with it).
 TEST(BwdPlanner, CausalFoldsIntoTheRightWindowEdge) {
-  flash4_bwd_params p = fixed_length(1, 128, 128, 1, 1, 64);
-  p.causal = 1;
-  p.window_left = 32;
-  const BwdPlan plan = plan_backward(p);
-  EXPECT_EQ(plan.window_left, 32);
-  EXPECT_EQ(plan.window_right, 0);
+  for (int window_right : {-1, 0, 16}) {
+    flash4_bwd_params p = fixed_length(1, 128, 128, 1, 1, 64);
+    p.causal = 1;
+    p.window_left = 32;
+    p.window_right = window_right;
+    const BwdPlan plan = plan_backward(p);
+    EXPECT_EQ(plan.window_left, 32);
+    EXPECT_EQ(plan.window_right, 0) << window_right;
+  }
 }
 
 TEST(BwdPlanner, EveryForwardHeadDimHasABackward) {
