@@ -29,7 +29,8 @@ struct Options {
   std::uint64_t problems = 10000;
   std::uint64_t seed = 1;
   std::uint64_t first = 0;
-  unsigned threads = std::max(1u, std::thread::hardware_concurrency() - 1);
+  // Every core but the one driving the GPU checks references.
+  unsigned threads = std::max(2u, std::thread::hardware_concurrency()) - 1;
   bool sample = false;
   std::string json;
 };
