@@ -20,8 +20,57 @@
  *    with nothing to write (no query rows in the forward, neither rows in the backward) launches nothing.
  *  - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq).
  *    A sliding window (left, right) keeps j in [i + Sk - Sq - left, i + Sk - Sq + right]; -1 means unbounded.
- *    causal = 1 sets the right edge to 0 (window_right must be -1 or 0); window_left still applies.
+ *    causal = 1 is FlashAttention's "right window 0": it sets the right edge to 0 whatever window_right is
+ *    (any value >= -1 is accepted and ignored); window_left still applies.
  *  - softcap > 0 replaces each score s = scale * q.k by softcap * tanh(s / softcap).
+ *
+ * Validation rules, checked in this order; a call that breaks several gets the status of the first. Every
+ * message starts with the name of the argument it is about. "Rows" are batch * seqlen (fixed length) or
+ * total (varlen) of the query-shaped (q, o, dout, dq) or key-shaped (k, v, dk, dv) tensors; a tensor
+ * without rows is never accessed, and rules 9-12 skip it (its pointer may be NULL).
+ *   1. params != NULL (NULL_POINTER); struct_size is the sizeof of a released layout (INVALID_STRUCT_SIZE).
+ *   2. Backward: deterministic is 0 or 1 (INVALID_ARGUMENT).
+ *   3. dtype, read as an integer, is FLASH4_DTYPE_BF16 or FLASH4_DTYPE_FP16 (UNSUPPORTED_DTYPE); head_dim
+ *      is 64, 96, 128, 192 or 256 (UNSUPPORTED_HEAD_DIM).
+ *   4. cu_seqlens_q and cu_seqlens_k are both NULL or both set (INVALID_VARLEN, naming the NULL one). Varlen:
+ *      max_seqlen_q, max_seqlen_k >= 1 and total_q, total_k >= 0 (INVALID_VARLEN); both cu_seqlens 4-byte
+ *      aligned (MISALIGNED).
+ *   5. batch, heads_q, heads_kv >= 1; fixed length: seqlen_q, seqlen_k >= 0 (INVALID_SIZE); heads_q is a
+ *      multiple of heads_kv (HEAD_RATIO).
+ *   6. Varlen: total_q <= batch * max_seqlen_q and total_k <= batch * max_seqlen_k (INVALID_VARLEN).
+ *   7. softmax_scale finite and > 0; softcap finite and >= 0; the fp32 constants the kernels derive from
+ *      them finite: softmax_scale * log2(e) without softcap, softcap * log2(e) and softmax_scale / softcap
+ *      with it (INVALID_ARGUMENT).
+ *   8. causal is 0 or 1; window_left, window_right >= -1 (INVALID_MASK).
+ *   9. For q, k, v, o (backward: then dout, dq, dk, dv): non-NULL (NULL_POINTER), 16-byte aligned
+ *      (MISALIGNED). lse: the backward's must be non-NULL when there are query rows (NULL_POINTER); 4-byte
+ *      aligned when set (MISALIGNED).
+ *  10. For each of those tensors, its batch (fixed length only), seq and head strides: > 0
+ *      (INVALID_ARGUMENT), < 2^39 elements (SIZE_OVERFLOW: TMA strides stay below 2^40 bytes), a multiple of
+ *      8 elements = 16 bytes (MISALIGNED).
+ *  11. Size limits, so that the kernels' int32 indices and sums cannot overflow (SIZE_OVERFLOW):
+ *      a. seqlen_q, seqlen_k (fixed length) and total_q, total_k (varlen) <= FLASH4_MAX_SEQLEN = 2^29;
+ *      b. for each tensor: rows * heads <= 2^31 - 1; its last element's byte offset
+ *         ((batch-1) * stride.batch + (seq-1) * stride.seq + (heads-1) * stride.head + head_dim) * 2 - 1
+ *         < 2^63, and the pointer plus that offset does not pass the end of the address space; likewise
+ *         for lse (rows_q * heads_q floats) and, varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each);
+ *      c. batch * heads_q * ceil(Lq / 64) and batch * heads_kv * ceil(Lk / 64) <= FLASH4_MAX_BLOCKS = 2^30,
+ *         where Lq, Lk are seqlen_q, seqlen_k (fixed length) or min(max_seqlen, total) (varlen): blocks of
+ *         64 rows over every (sequence, head), the count the kernels' tile indices are bounded by.
+ *  12. Memory (INVALID_ARGUMENT), for each output in the order o, lse (forward) or dq, dk, dv (backward):
+ *      a. an output tensor does not overlap itself: sort its dimensions of extent > 1 (batch when fixed
+ *         length, seq, head, and the contiguous head_dim) by stride; each stride must exceed the largest
+ *         offset the dimensions before it reach, the sum of (extent - 1) * stride over them;
+ *      b. its byte span [first byte, last byte] does not intersect the span of any input (q, k, v; backward
+ *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k), nor that of
+ *         an output before it. Inputs may share memory with each other (views of one packed qkv tensor).
+ *         lse spans rows_q * heads_q floats.
+ * The workspace is checked by flash4_bwd itself (size, alignment), after these rules.
+ *
+ * How valid params are read: causal = 1 sets window_right = 0; varlen max_seqlen_q / max_seqlen_k are
+ * lowered to total_q / total_k when larger (no sequence is longer than all rows); a window edge that reaches
+ * past every key (window_left >= Lk) or query (window_right >= Lq, without causal) is unbounded (-1). None of
+ * these changes which keys a query sees.
  */
 #ifndef FLASH4_FLASH4_H
 #define FLASH4_FLASH4_H
@@ -52,8 +101,8 @@ typedef enum flash4_status {
   FLASH4_ERROR_INVALID_SIZE = 7,        /* a negative or zero size where a positive one is required */
   FLASH4_ERROR_INVALID_MASK = 8,        /* window/causal values that contradict each other */
   FLASH4_ERROR_INVALID_VARLEN = 9,      /* cu_seqlens / max_seqlen inconsistent with the other sizes */
-  FLASH4_ERROR_SIZE_OVERFLOW = 10,      /* a size or offset that would overflow 32-bit tile indexing */
-  FLASH4_ERROR_INVALID_ARGUMENT = 11,   /* any other bad value (scale, softcap, workspace) */
+  FLASH4_ERROR_SIZE_OVERFLOW = 10,      /* a size or offset past the limits of validation rule 11 */
+  FLASH4_ERROR_INVALID_ARGUMENT = 11,   /* any other bad value (scale, softcap, workspace, overlapping outputs) */
   FLASH4_ERROR_NO_KERNEL = 12,          /* a valid request this build has no kernel for (message says which);
                                            also the backward at head dims other than 64 and 128 */
   FLASH4_ERROR_NO_DEVICE = 13,          /* no CUDA device, or the device is not sm_90 */
@@ -61,6 +110,11 @@ typedef enum flash4_status {
   FLASH4_ERROR_NOT_IMPLEMENTED = 15,    /* reserved: no entry point of this release returns it */
   FLASH4_ERROR_INTERNAL = 16            /* an unexpected failure inside the library (out of host memory, a bug) */
 } flash4_status;
+
+/* Size limits of validation rule 11 (above). */
+#define FLASH4_MAX_SEQLEN (1 << 29)
+#define FLASH4_MAX_BLOCKS (1 << 30)
+#define FLASH4_BLOCK_ROWS 64 /* the row block FLASH4_MAX_BLOCKS counts */
 
 typedef enum flash4_dtype {
   FLASH4_DTYPE_BF16 = 0,
@@ -76,7 +130,7 @@ typedef struct flash4_strides {
 
 typedef struct flash4_fwd_params {
   size_t struct_size; /* sizeof(flash4_fwd_params) as the caller compiled it */
-  flash4_dtype dtype;
+  flash4_dtype dtype; /* read as an int32: any value is safe to pass, and only 0 and 1 are accepted */
 
   const void* q;
   const void* k;
@@ -93,13 +147,14 @@ typedef struct flash4_fwd_params {
   int32_t head_dim;
 
   float softmax_scale; /* > 0; the usual value is 1/sqrt(head_dim) */
-  int32_t causal;      /* 0 or 1 */
+  int32_t causal;      /* 0 or 1; 1 sets the right window edge to 0 */
   int32_t window_left; /* -1: unbounded */
-  int32_t window_right;/* -1: unbounded */
+  int32_t window_right;/* -1: unbounded; ignored (0) with causal = 1 */
   float softcap;       /* 0: off */
 
   /* Varlen: device arrays of batch+1 int32 offsets, both set or both NULL. max_seqlen_* bound every
-   * sequence (used to size the grid and the backward's workspace); seqlen_q/seqlen_k are then ignored.
+   * sequence (used to size the grid and the backward's workspace; lowered to total_q / total_k when larger);
+   * seqlen_q/seqlen_k are then ignored.
    * The offsets live on the device, so the library cannot check them: a sequence longer than its
    * max_seqlen, or offsets that are not monotone, give undefined results (the Python front end checks
    * them in eager mode). */

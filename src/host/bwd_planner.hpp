@@ -33,6 +33,9 @@ struct BwdPlan {
   BwdWorkspaceLayout workspace;
 };
 
+// For validated, canonical params (api/validate.hpp). Every count is computed in 64 bits and checked to fit
+// the int the kernels take; a count past that (which validation's size limits exclude) throws
+// std::length_error, which the C ABI reports as FLASH4_ERROR_INTERNAL.
 BwdPlan plan_backward(const flash4_bwd_params& params);
 
 // The grid. Persistent: min(tiles, the CTAs that fit at once), one CTA per SM (the kernel's shared memory

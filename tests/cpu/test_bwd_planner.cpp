@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "host/bwd_planner.hpp"
@@ -156,6 +157,29 @@ TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
 
 // Deterministic mode splits the dQ accumulator into kBwdDeterministicDqCopies copies, fewer when there are
 // fewer writer units (key blocks, or pairs); otherwise one. The workspace grows with the copies.
+// Issue 28, finding 1: max_seqlen_q near 2^31 overflowed the planner's int arithmetic, and the workspace it
+// sized (1 KiB) was far smaller than the dQ accumulator alone (132 MB). Counted in 64 bits, every array fits.
+TEST(BwdPlanner, MaxSeqlenNear2To31StillSizesEveryArray) {
+  flash4_bwd_params p = fixed_length(1, 0, 0, 1, 1, 128);
+  p.cu_seqlens_q = p.cu_seqlens_k = reinterpret_cast<const int*>(16);  // only tested against null
+  p.total_q = 258041;
+  p.max_seqlen_q = 2147483647;
+  p.total_k = 1000;
+  p.max_seqlen_k = 1000;
+  const BwdPlan plan = plan_backward(p);
+  EXPECT_EQ(plan.m_blocks_max, 33554432);  // ceil((2^31 - 1) / 64)
+  EXPECT_GE(plan.workspace.dq_accum_bytes, std::size_t{258041} * 128 * sizeof(float));
+  EXPECT_GE(plan.workspace.total, plan.workspace.dq_accum_bytes + plan.workspace.semaphore_bytes);
+  expect_layout_sound(plan, p);
+}
+
+// A count past the int the kernels take (which validation's size limits exclude) is an error, not a wrapped
+// number: 2^20 sequences x 64 heads x 2^13 key blocks of 128 = 2^39 tiles.
+TEST(BwdPlanner, CountsPastTheKernelsIntThrow) {
+  EXPECT_THROW(plan_backward(fixed_length(1 << 20, 1 << 20, 1 << 20, 64, 64, 64)), std::length_error);
+  EXPECT_THROW(plan_backward(fixed_length(1, 2147483647, 128, 1, 1, 128)), std::length_error);
+}
+
 TEST(BwdPlanner, DeterministicModeSplitsTheDqAccumulator) {
   for (int d : {64, 128, 256}) {
     const BwdTileConfig tile = bwd_tile_config(d);
@@ -173,13 +197,18 @@ TEST(BwdPlanner, DeterministicModeSplitsTheDqAccumulator) {
   }
 }
 
+// causal = 1 is a right edge of 0 whatever window_right holds (FlashAttention's meaning; the C ABI accepts any
+// window_right >= -1 with it).
 TEST(BwdPlanner, CausalFoldsIntoTheRightWindowEdge) {
-  flash4_bwd_params p = fixed_length(1, 128, 128, 1, 1, 64);
-  p.causal = 1;
-  p.window_left = 32;
-  const BwdPlan plan = plan_backward(p);
-  EXPECT_EQ(plan.window_left, 32);
-  EXPECT_EQ(plan.window_right, 0);
+  for (int window_right : {-1, 0, 16}) {
+    flash4_bwd_params p = fixed_length(1, 128, 128, 1, 1, 64);
+    p.causal = 1;
+    p.window_left = 32;
+    p.window_right = window_right;
+    const BwdPlan plan = plan_backward(p);
+    EXPECT_EQ(plan.window_left, 32);
+    EXPECT_EQ(plan.window_right, 0) << window_right;
+  }
 }
 
 TEST(BwdPlanner, EveryForwardHeadDimHasABackward) {

@@ -152,17 +152,11 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
   return ::testing::AssertionFailure() << what << ": " << cudaGetErrorString(error);
 }
 
-// Gradients that cancel to exactly zero (a single visible key makes dS = P (dP - D) = 0) still carry the
-// fp32 rounding of their order-1 terms: the scaled floor never goes below this magnitude's share.
-constexpr double kMinGradientMagnitude = 0.1;
-
-// The tolerance rule for one gradient. Gradients are far from magnitude 1 (small at long sequences), so the
-// noise floor is scaled by the largest exact value (tests/tolerance.hpp).
+// The tolerance rule for one gradient, with the floor scaled to its magnitude (tests/tolerance.hpp).
 ::testing::AssertionResult gradient_within_tolerance(const char* what, const std::vector<float>& kernel,
                                                      const std::vector<float>& naive,
                                                      const std::vector<double>& exact, double floor) {
-  const double magnitude = std::max(max_abs(exact), kMinGradientMagnitude);
-  return within_tolerance(what, compare(kernel, exact), compare(naive, exact), floor * magnitude);
+  return within_tolerance(what, compare(kernel, exact), compare(naive, exact), gradient_floor(exact, floor));
 }
 
 }  // namespace

@@ -130,10 +130,12 @@ def test_the_real_library_validates_the_filled_struct(real_library):
     q = torch.zeros(2, 100, 8, 128, dtype=torch.bfloat16)
     k = torch.zeros(2, 70, 2, 128, dtype=torch.bfloat16)
     lse = torch.zeros(2, 8, 100)
-    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(ops.fwd_params(q, k, k, q, lse, OPTIONS))))
+    # Outputs in memory of their own: an output sharing memory with an input is rejected (flash4.h, rule 12).
+    o, dq, dk, dv = torch.zeros_like(q), torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k)
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(ops.fwd_params(q, k, k, o, lse, OPTIONS))))
     varlen = ops.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32), torch.tensor([0, 40, 140], dtype=torch.int32),
                         140, 100)
-    params = ops.bwd_params(q[0], q[0], k[0], k[0], q[0], lse[0], q[0], k[0], k[0], OPTIONS, varlen)
+    params = ops.bwd_params(q[0], q[0], k[0], k[0], o[0], lse[0], dq[0], dk[0], dv[0], OPTIONS, varlen)
     _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
 
     k3 = torch.zeros(2, 70, 3, 128, dtype=torch.bfloat16)
