@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times the peer attention implementations on the anchors' shapes, for the same run as flash4-bench.
 
-    bench/peers.py [--dims 64,128] [--modes fwd,bwd] [--seqlens 512,...,16384]
+    bench/peers.py [--dims 64,128] [--modes fwd,bwd] [--seqlens 512,...,16384] [--providers sdpa_cudnn,...]
 
 Providers (names as in ../shared/anchors): sdpa_cudnn, sdpa_flash(FA2) (PyTorch SDPA backends) and
 flex_attention (compiled). Shapes: bf16, total tokens 16K, H = 2048 / D, N in 512..16K. Prints one JSON row
@@ -25,13 +25,14 @@ def main():
     parser.add_argument("--dims", default="64,128")
     parser.add_argument("--modes", default="fwd")
     parser.add_argument("--seqlens", default=",".join(str(n) for n in bench.SEQLENS))
+    parser.add_argument("--providers", default=",".join(bench.PEERS), help="comma-separated subset of the peers")
     args = parser.parse_args()
     for mode in args.modes.split(","):
         for d in (int(x) for x in args.dims.split(",")):
             for causal in (False, True):
                 for n in (int(x) for x in args.seqlens.split(",")):
                     case, q, k, v = bench.case_inputs(mode, d, n)
-                    for provider in bench.PEERS:
+                    for provider in args.providers.split(","):
                         try:
                             ms, _ = bench.measure(provider, mode, q, k, v, causal)
                         except Exception as error:  # one failure (an unsupported case) must not end the run

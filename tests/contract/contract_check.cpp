@@ -103,7 +103,7 @@ std::string check_mask(Int lq, Int lk, int window_left, int window_right, int bl
 
 std::string check_plan(const flash4_fwd_params& c) {
   const host::FwdPlan plan = host::plan_forward(c, kDevice);
-  const Int tiles = Int{c.batch} * c.heads_q * ceil_div(longest(c, true), plan.tile.block_m);
+  const Int tiles = Int{c.batch} * c.heads_q * ceil_div(longest(c, true), plan.tile.block_m());
   if (plan.order.num_tiles() != tiles) {
     return "forward plan has " + text(plan.order.num_tiles()) + " tiles, the problem " + text(tiles);
   }
@@ -116,7 +116,7 @@ std::string check_plan(const flash4_fwd_params& c) {
       return "tile_at(" + text(linear) + ") lies outside the problem";
     }
   }
-  return check_mask(longest(c, true), longest(c, false), plan.window_left, plan.window_right, plan.tile.block_m,
+  return check_mask(longest(c, true), longest(c, false), plan.window_left, plan.window_right, plan.tile.block_m(),
                     plan.tile.block_n);
 }
 

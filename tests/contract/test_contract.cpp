@@ -65,7 +65,7 @@ TEST(ContractFindings, ForwardPlanCoversEveryQueryBlockWhateverMaxSeqlen) {
   const flash4_fwd_params c = api::canonicalize(p);
   EXPECT_EQ(c.max_seqlen_q, p.total_q);
   const host::FwdPlan plan = host::plan_forward(c, host::DeviceInfo{0, 132, std::size_t{60} << 20, 9, 0});
-  EXPECT_EQ(plan.order.num_tiles(), (p.total_q + plan.tile.block_m - 1) / plan.tile.block_m);
+  EXPECT_EQ(plan.order.num_tiles(), (p.total_q + plan.tile.block_m() - 1) / plan.tile.block_m());
   EXPECT_EQ(check_call(p).broken, "");
 }
 

@@ -29,11 +29,11 @@ flash4_fwd_params problem(int head_dim, int seqlen, bool causal) {
   p.softmax_scale = 1.0f / std::sqrt(float(head_dim));
   p.causal = causal;
   p.window_left = p.window_right = -1;
-  // Distinct, 256-byte aligned fake device addresses: planning and validation never dereference them.
-  p.q = reinterpret_cast<const void*>(std::uintptr_t{1} << 20);
-  p.k = reinterpret_cast<const void*>(std::uintptr_t{2} << 20);
-  p.v = reinterpret_cast<const void*>(std::uintptr_t{3} << 20);
-  p.o = reinterpret_cast<void*>(std::uintptr_t{4} << 20);
+  // Distinct, 256-byte aligned fake device addresses 4 GiB apart (no overlap): never dereferenced.
+  p.q = reinterpret_cast<const void*>(std::uintptr_t{1} << 32);
+  p.k = reinterpret_cast<const void*>(std::uintptr_t{2} << 32);
+  p.v = reinterpret_cast<const void*>(std::uintptr_t{3} << 32);
+  p.o = reinterpret_cast<void*>(std::uintptr_t{4} << 32);
   p.q_strides = p.o_strides = {int64_t(seqlen) * p.heads_q * head_dim, int64_t(p.heads_q) * head_dim, head_dim};
   p.k_strides = p.v_strides = {int64_t(seqlen) * p.heads_kv * head_dim, int64_t(p.heads_kv) * head_dim, head_dim};
   return p;
@@ -59,7 +59,7 @@ TEST(FwdPlanner, TilesOfUnequalCostAreClaimedDynamically) {
   p.window_right = 5;
   EXPECT_TRUE(forward_schedules_dynamically(p));
   p.window_right = -1;
-  p.cu_seqlens_q = p.cu_seqlens_k = reinterpret_cast<const int32_t*>(std::uintptr_t{5} << 20);
+  p.cu_seqlens_q = p.cu_seqlens_k = reinterpret_cast<const int32_t*>(std::uintptr_t{5} << 32);
   EXPECT_TRUE(forward_schedules_dynamically(p));
 }
 
@@ -119,10 +119,10 @@ TEST(FwdWorkspace, MissingSmallOrMisalignedIsRefusedBeforeAnyLaunch) {
         << flash4_last_error_message();
   };
   expect_refused(FLASH4_ERROR_INVALID_ARGUMENT);  // NULL
-  p.workspace = reinterpret_cast<void*>(std::uintptr_t{6} << 20);
+  p.workspace = reinterpret_cast<void*>(std::uintptr_t{6} << 32);
   p.workspace_bytes = kFwdWorkspaceBytes - 1;
   expect_refused(FLASH4_ERROR_INVALID_ARGUMENT);
-  p.workspace = reinterpret_cast<void*>((std::uintptr_t{6} << 20) + 16);
+  p.workspace = reinterpret_cast<void*>((std::uintptr_t{6} << 32) + 16);
   p.workspace_bytes = kFwdWorkspaceBytes;
   expect_refused(FLASH4_ERROR_MISALIGNED);
 }
