@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
     }
     for (int slot = 0; slot < TileHandout::kSlots; ++slot) {
       mbarrier_init(&bars->tile_published[slot], 1);
-      mbarrier_init(&bars->tile_free[slot], consumer_warps);
+      mbarrier_init(&bars->tile_free[slot], kCfg.consumer_warpgroups * kWarpgroupThreads);
     }
     mbarrier_init_fence();
   }

@@ -43,8 +43,8 @@ struct FwdBarriers {
 };
 static_assert(sizeof(FwdBarriers<4>) <= kSmemBarrierBytes, "barriers and slots overflow their shared-memory room");
 
-// Every consumer warp arrives once on an `empty` barrier (lane 0 after the warp's wgmma wait) and once
-// on a tile slot's tile_free.
+// Every consumer warp arrives once on an `empty` barrier (lane 0 after the warp's wgmma wait: the reads it
+// releases are the tensor cores').
 inline constexpr int kConsumerWarpsPerCta(int consumer_warpgroups) { return consumer_warpgroups * 4; }
 
 // The producer's side of the tile hand-out: the slot of the CTA's tile `number`, once the consumers are
@@ -69,10 +69,12 @@ __device__ __forceinline__ const TileWork& wait_tile(FwdBarriers<kStages>* bars,
   mbarrier_wait(&bars->tile_published[slot], TileHandout::published_parity(number));
   return bars->tile[slot];
 }
+// Every consumer thread arrives (tile_free counts the consumer threads), not one lane per warp after a
+// __syncwarp: the producer's next write to the slot then follows each thread's own reads, which is what
+// compute-sanitizer's racecheck follows.
 template <int kStages>
 __device__ __forceinline__ void free_tile(FwdBarriers<kStages>* bars, int number) {
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) mbarrier_arrive(&bars->tile_free[TileHandout::slot(number)]);
+  mbarrier_arrive(&bars->tile_free[TileHandout::slot(number)]);
 }
 
 }  // namespace flash4::sm90
