@@ -18,11 +18,7 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   const int rows_q = varlen ? params.max_seqlen_q : params.seqlen_q;
   const int rows_k = varlen ? params.max_seqlen_k : params.seqlen_k;
   plan.m_blocks_max = (rows_q + plan.tile.block_m - 1) / plan.tile.block_m;
-  // Paired CTAs: a whole number of pairs per (sequence, kv head); a pair's second key block may lie past
-  // the keys (it then runs masked beside its partner).
-  const int cluster = plan.tile.cluster_ctas;
   plan.n_blocks_max = (rows_k + plan.tile.block_n - 1) / plan.tile.block_n;
-  plan.n_blocks_max = (plan.n_blocks_max + cluster - 1) / cluster * cluster;
   plan.num_tiles = plan.n_blocks_max * params.batch * params.heads_kv;
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;
@@ -31,7 +27,7 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   plan.rows_per_head = rows.rows_per_head(params.batch, params.total_q);
   const std::size_t row_count = std::size_t(params.heads_q) * std::size_t(plan.rows_per_head);
   BwdWorkspaceLayout& ws = plan.workspace;
-  plan.dq_copies = bwd_dq_copies(params.deterministic != 0, plan.n_blocks_max, cluster);
+  plan.dq_copies = bwd_dq_copies(params.deterministic != 0, plan.n_blocks_max);
   const std::size_t copies = std::size_t(plan.dq_copies);
   ws.dq_accum_bytes = copies * row_count * params.head_dim * sizeof(float);
   ws.semaphore_bytes = copies * std::size_t(params.heads_q) * params.batch * plan.m_blocks_max * sizeof(int);
@@ -44,19 +40,9 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   return plan;
 }
 
-bool bwd_persistent_grid() {
-#if defined(FLASH4_BWD_PERSISTENT_ENABLED) && !FLASH4_BWD_PERSISTENT_ENABLED
-  return false;
-#else
-  return true;
-#endif
-}
-
 int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap) {
-  if (!bwd_persistent_grid() || !bwd_persistent_kernel(plan.tile.head_dim, softcap)) return plan.num_tiles;
-  const int cluster = plan.tile.cluster_ctas;
-  const int resident = std::max(cluster, sm_count / cluster * cluster);
-  return std::min(plan.num_tiles, resident);
+  if (!bwd_persistent_kernel(plan.tile.head_dim, softcap)) return plan.num_tiles;
+  return std::min(plan.num_tiles, std::max(1, sm_count));
 }
 
 }  // namespace flash4::host

@@ -1,7 +1,7 @@
 // The backward's tile hand-out protocol (kernels/sm90/bwd/kernel.cuh), as the slot and mbarrier phase
 // arithmetic its roles share: the scheduler publishes the CTA's tile number n in slot n % 2; the other
 // roles wait for tile_published, read the slot, and arrive on tile_free once done with it (the loader
-// first on tile_loaded, for a late claim). Host and device code, so that
+// first on tile_loaded: the late claim, below). Host and device code, so that
 // tests/cpu/test_bwd_tile_handout.cpp runs the protocol on these very functions.
 #pragma once
 
@@ -11,18 +11,12 @@
 
 namespace flash4 {
 
-// CMake FLASH4_BWD_LATE_CLAIM (default ON): the scheduler claims the CTA's tile number n + 1 only once the
-// loader has issued tile n's loads (tile_loaded), a few steps before the consumers finish it. OFF claims
-// it as the readers start tile n. An early claim takes a tile away from the CTAs that start later: with
-// more tiles than resident CTAs, a CTA may then hold two tiles while SMs idle at the end, and in
-// deterministic mode a tile's successors in the dQ turns wait for it to start behind a whole other tile
-// (H200, bf16, 16K, one run of 6451bbf: deterministic causal at 251 / 300 TFLOPS against 452 / 477
-// without; the late claim's figures are in bwd_planner.hpp).
-#ifndef FLASH4_BWD_LATE_CLAIM_ENABLED
-#define FLASH4_BWD_LATE_CLAIM_ENABLED 1
-#endif
-inline constexpr bool kBwdLateClaim = FLASH4_BWD_LATE_CLAIM_ENABLED != 0;
-
+// The late claim: the scheduler claims the CTA's tile number n + 1 only once the loader has issued tile
+// n's loads (tile_loaded), a few steps before the consumers finish it, so the next tile's K / V loads
+// still overlap tile n's last steps. Claiming as the readers start tile n instead takes a tile away from
+// the CTAs that start later: with more tiles than resident CTAs, a CTA may then hold two tiles while SMs
+// idle at the end, and in deterministic mode a tile's successors in the dQ turns wait for it to start
+// behind a whole other tile (docs/experiments.md, "early claim").
 struct BwdTileHandout {
   static constexpr int kSlots = 2;
 
