@@ -86,7 +86,7 @@ struct BwdTileConfig {
   // from the block's first row (BwdWorkspaceRows; each block's rows are contiguous) hold element (row,
   // col) of the block at dq_staging_index(row, col). The dQ writer then adds the whole staged partial
   // with one contiguous bulk reduce-add of whole L2 lines, where 8-column TMA boxes would send a 32-byte
-  // request per row (slower: docs/experiments.md, "bulk dQ"). The postprocess reads the accumulator in
+  // request per row (slower: docs/experiments.md, "bulk dQ reduce-add"). The postprocess reads the accumulator in
   // this order.
   FLASH4_HD constexpr int dq_box_cols() const { return kDqBoxBytes / int(sizeof(float)); }
   FLASH4_HD constexpr int dq_box_floats() const { return block_m * dq_box_cols(); }

@@ -16,7 +16,7 @@ namespace flash4 {
 // still overlap tile n's last steps. Claiming as the readers start tile n instead takes a tile away from
 // the CTAs that start later: with more tiles than resident CTAs, a CTA may then hold two tiles while SMs
 // idle at the end, and in deterministic mode a tile's successors in the dQ turns wait for it to start
-// behind a whole other tile (docs/experiments.md, "early claim").
+// behind a whole other tile (docs/experiments.md, "late claim").
 struct BwdTileHandout {
   static constexpr int kSlots = 2;
 

@@ -146,7 +146,9 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   // Whether block_m = 128's masked steps run a copy of the step of their own (run_step<kSoftcap, true>): it
   // reads the LSE at its use, which leaves the registers to build the mask runs after the wait for S^T.
   // The shared step could not have both without spilling or slowing the unmasked steps (the LSE read at
-  // its use in every step: docs/experiments.md, "masked-step copy"). The unmasked steps keep their code.
+  // its use in every step: docs/experiments.md, "mask runs carried across the products"). The unmasked
+  // steps keep their code; a copy at block_m = 64 too made ptxas schedule them worse ("masked-step copy
+  // at block_m = 64 too").
   template <bool kSoftcap>
   static constexpr bool kSplitMaskedSteps = !kSoftcap && !kEarlyDv;
 

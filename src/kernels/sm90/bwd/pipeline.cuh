@@ -51,7 +51,7 @@ inline constexpr int kBwdConsumerThreads = 2 * kWarpgroupThreads;
 // Every consumer thread arrives on stage_empty. One arrival per warp after __syncwarp would be ordered
 // too in the PTX memory model, but compute-sanitizer racecheck does not follow it: it then reports the
 // loader's LSE / D bulk copies into a reused stage against the consumers' reads of its previous use. The
-// per-thread form costs nothing measurable (docs/experiments.md, "stage release per warp").
+// per-thread form costs nothing measurable (docs/experiments.md, "stage release per thread").
 inline constexpr int kBwdStageReleaseArrivals = kBwdConsumerThreads;
 // The producer warpgroup's warps: warp 0 issues the loads, warps from kBwdDqWriterWarp write dQ (see
 // kBwdDqWriterWarps), warp 3 hands out the tiles (kernel.cuh).
