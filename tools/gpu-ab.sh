@@ -1,61 +1,44 @@
 #!/usr/bin/env bash
-# A/B runs on the H200, bf16 at head dims 64 and 128, 16K tokens (B=1, H=2048/D), causal and not, two
-# repeats each, with cuDNN / FA2 / Flex measured in the same run. Writes $1/ab.json (and, for the sweep
-# modes, $1/ab-clocks.txt: the SM clock and power while each variant ran).
-#   tools/gpu-ab.sh OUT_DIR [fwd|bwd|grid|release|change]
+# A/B runs on the H200, bf16 at head dims 64 and 128, with cuDNN / FA2 / Flex measured in the same run.
+# Writes $1/ab.json (and, for the change mode, $1/ab-clocks.txt: the SM clock and power while each variant
+# ran).
+#   tools/gpu-ab.sh OUT_DIR [fwd|change]
 #   fwd (default): the FA4 pieces of the forward, four builds (all on; software exp2 off; lazy rescaling
-#                  off; longest-first order off);
-#   bwd:           the backward unpaired and with paired CTAs (FLASH4_BWD_PAIRED_CTA), each timed with
-#                  deterministic mode off and on (rows carry 'deterministic'); then Nsight Compute counts
-#                  one main-kernel launch per variant and head dim (16K, non-causal): L2 read / write /
-#                  reduction sectors, reduction requests and DRAM bytes, into $1/ab-ncu.txt, the
-#                  issue's 'bytes and reduce-adds' of the pairing;
-#   grid:          the backward's persistent grid with the late claim (the default) against one CTA per
-#                  tile (FLASH4_BWD_PERSISTENT=OFF) and the early claim (FLASH4_BWD_LATE_CLAIM=OFF),
-#                  over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N);
-#   release:       the backward's stage release per thread (the default, which racecheck follows)
-#                  against per warp (FLASH4_BWD_RELEASE_PER_THREAD=OFF), over the same sweep;
+#                  off; longest-first order off), 16K tokens (B=1, H=2048/D), causal and not, two repeats;
 #   change:        libraries built elsewhere, one per subfolder of FLASH4_AB_BIN_DIR (required; e.g. base
-#                  and change), over the same sweep: a change's effect against the commit before it.
-# The sweep modes alternate the variants within each repeat (the second in reverse order), so that they
-# see the GPU in about the same state.
-# FLASH4_AB_NCU=0 skips the Nsight Compute counts, FLASH4_AB_PEERS=0 the peers. FLASH4_AB_BIN_DIR=DIR skips
-# the builds: DIR/<variant>/ holds a flash4-bench and its libflash4.so.0 built elsewhere (variants: all_on,
-# no_soft_exp2, no_lazy_rescale, no_lpt_order; unpaired, paired_cta; policy, one_cta_per_tile, early_claim;
-# policy, release_per_warp; change: any).
+#                  and change), the backward over flash4-bench --all's sweep (512..16K tokens, B = 16384 / N),
+#                  two repeats: a change's effect against the commit before it. The variants alternate
+#                  within each repeat (the second in reverse order), so that they see the GPU in about the
+#                  same state.
+# FLASH4_AB_PEERS=0 skips the peers. FLASH4_AB_BIN_DIR=DIR skips the builds: DIR/<variant>/ holds a
+# flash4-bench and its libflash4.so.0 built elsewhere (variants: all_on, no_soft_exp2, no_lazy_rescale,
+# no_lpt_order; change: any).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 seqlens="16384"
-sweep=0  # grid, release and change: the backward over flash4-bench --all's sweep
-{ [ "$mode" = grid ] || [ "$mode" = release ] || [ "$mode" = change ]; } && sweep=1
-if [ "$mode" = change ] && [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
-  echo "gpu-ab.sh change: set FLASH4_AB_BIN_DIR (a subfolder per variant, each a flash4-bench and its library)"
-  exit 1
-fi
-if [ "$mode" = bwd ]; then
-  declare -A variants=([unpaired]="" [paired_cta]="-DFLASH4_BWD_PAIRED_CTA=ON")
-  timings=("--mode bwd" "--mode bwd --deterministic")
-elif [ $sweep = 1 ]; then
-  if [ "$mode" = grid ]; then
-    declare -A variants=([policy]="" [one_cta_per_tile]="-DFLASH4_BWD_PERSISTENT=OFF" [early_claim]="-DFLASH4_BWD_LATE_CLAIM=OFF")
-  elif [ "$mode" = change ]; then
-    declare -A variants=()
-    shopt -s nullglob
-    for dir in "$FLASH4_AB_BIN_DIR"/*/; do variants[$(basename "$dir")]=""; done
-    shopt -u nullglob
-    [ ${#variants[@]} -gt 0 ] || { echo "gpu-ab.sh change: no variant folders in $FLASH4_AB_BIN_DIR"; exit 1; }
-  else
-    declare -A variants=([policy]="" [release_per_warp]="-DFLASH4_BWD_RELEASE_PER_THREAD=OFF")
+sweep=0  # change: the backward over flash4-bench --all's sweep
+if [ "$mode" = change ]; then
+  sweep=1
+  if [ -z "${FLASH4_AB_BIN_DIR:-}" ]; then
+    echo "gpu-ab.sh change: set FLASH4_AB_BIN_DIR (a subfolder per variant, each a flash4-bench and its library)"
+    exit 1
   fi
-  timings=("--mode bwd")
+  declare -A variants=()
+  shopt -s nullglob
+  for dir in "$FLASH4_AB_BIN_DIR"/*/; do variants[$(basename "$dir")]=""; done
+  shopt -u nullglob
+  [ ${#variants[@]} -gt 0 ] || { echo "gpu-ab.sh change: no variant folders in $FLASH4_AB_BIN_DIR"; exit 1; }
   seqlens="512 1024 2048 4096 8192 16384"  # flash4-bench --all's lengths
-else
+elif [ "$mode" = fwd ]; then
   declare -A variants=([all_on]="" [no_soft_exp2]="-DFLASH4_SOFT_EXP2=OFF" [no_lazy_rescale]="-DFLASH4_LAZY_RESCALE=OFF"
                        [no_lpt_order]="-DFLASH4_LPT_ORDER=OFF")
   timings=("--mode fwd")
+else
+  echo "gpu-ab.sh: unknown mode '$mode' (fwd or change)"
+  exit 1
 fi
 : >"$out/ab.jsonl"
 bench_dir() { if [ -n "${FLASH4_AB_BIN_DIR:-}" ]; then echo "$FLASH4_AB_BIN_DIR/$1"; else echo "$root/build-ab-$1"; fi; }
@@ -130,20 +113,6 @@ if [ $sweep = 1 ]; then  # the whole sweep in one process per variant and repeat
       stop_clock_samples "$variant repeat $repeat"
     done
   done
-fi
-if [ "$mode" = bwd ] && [ "${FLASH4_AB_NCU:-1}" != 0 ]; then
-  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  metrics=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
-  : >"$out/ab-ncu.txt"
-  for variant in "${variant_names[@]}"; do
-    for d in 64 128; do
-      echo "== $variant D=$d" >>"$out/ab-ncu.txt"
-      LD_LIBRARY_PATH=$(bench_dir "$variant") "$ncu" --kernel-name regex:bwd_kernel --launch-skip 2 --launch-count 1 --metrics "$metrics" \
-        "$(bench_dir "$variant")/flash4-bench" --mode bwd --D "$d" --N 16384 --B 1 --H $((2048 / d)) --iters 3 \
-        --warmup 1 2>&1 | grep -E "^ +(lts|dram|gpu)__" >>"$out/ab-ncu.txt"
-    done
-  done
-  cat "$out/ab-ncu.txt"
 fi
 peer_mode=$mode
 [ $sweep = 1 ] && peer_mode=bwd

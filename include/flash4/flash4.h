@@ -103,8 +103,7 @@ typedef enum flash4_status {
   FLASH4_ERROR_INVALID_VARLEN = 9,      /* cu_seqlens / max_seqlen inconsistent with the other sizes */
   FLASH4_ERROR_SIZE_OVERFLOW = 10,      /* a size or offset past the limits of validation rule 11 */
   FLASH4_ERROR_INVALID_ARGUMENT = 11,   /* any other bad value (scale, softcap, workspace, overlapping outputs) */
-  FLASH4_ERROR_NO_KERNEL = 12,          /* a valid request this build has no kernel for (message says which);
-                                           also the backward at head dims other than 64 and 128 */
+  FLASH4_ERROR_NO_KERNEL = 12,          /* a valid request this build has no kernel for (message says which) */
   FLASH4_ERROR_NO_DEVICE = 13,          /* no CUDA device, or the device is not sm_90 */
   FLASH4_ERROR_CUDA = 14,               /* a CUDA runtime/driver call failed (message has its text) */
   FLASH4_ERROR_NOT_IMPLEMENTED = 15,    /* reserved: no entry point of this release returns it */

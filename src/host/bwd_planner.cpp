@@ -53,10 +53,7 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   const std::int64_t rows_q = varlen ? params.max_seqlen_q : params.seqlen_q;
   const std::int64_t rows_k = varlen ? params.max_seqlen_k : params.seqlen_k;
   plan.m_blocks_max = kernel_count(ceil_div(rows_q, plan.tile.block_m), "query blocks per sequence");
-  // Paired CTAs: a whole number of pairs per (sequence, kv head); a pair's second key block may lie past
-  // the keys (it then runs masked beside its partner).
-  const int cluster = plan.tile.cluster_ctas;
-  const std::int64_t n_blocks = ceil_div(ceil_div(rows_k, plan.tile.block_n), cluster) * cluster;
+  const std::int64_t n_blocks = ceil_div(rows_k, plan.tile.block_n);
   plan.n_blocks_max = kernel_count(n_blocks, "key blocks per sequence");
   const std::int64_t batch = params.batch, heads_q = params.heads_q, heads_kv = params.heads_kv;
   plan.num_tiles = kernel_count(product(product(n_blocks, batch), heads_kv), "tiles");
@@ -69,7 +66,7 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   plan.rows_per_head = rows.rows_per_head(params.batch, params.total_q);
   const std::size_t row_count = product(std::size_t(heads_q), std::size_t(plan.rows_per_head));
   BwdWorkspaceLayout& ws = plan.workspace;
-  plan.dq_copies = bwd_dq_copies(params.deterministic != 0, plan.n_blocks_max, cluster);
+  plan.dq_copies = bwd_dq_copies(params.deterministic != 0, plan.n_blocks_max);
   const std::size_t copies = std::size_t(plan.dq_copies);
   ws.dq_accum_bytes = product(product(copies, row_count), std::size_t(params.head_dim) * sizeof(float));
   ws.semaphore_bytes =
@@ -84,19 +81,9 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   return plan;
 }
 
-bool bwd_persistent_grid() {
-#if defined(FLASH4_BWD_PERSISTENT_ENABLED) && !FLASH4_BWD_PERSISTENT_ENABLED
-  return false;
-#else
-  return true;
-#endif
-}
-
 int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap) {
-  if (!bwd_persistent_grid() || !bwd_persistent_kernel(plan.tile.head_dim, softcap)) return plan.num_tiles;
-  const int cluster = plan.tile.cluster_ctas;
-  const int resident = std::max(cluster, sm_count / cluster * cluster);
-  return std::min(plan.num_tiles, resident);
+  if (!bwd_persistent_kernel(plan.tile.head_dim, softcap)) return plan.num_tiles;
+  return std::min(plan.num_tiles, std::max(1, sm_count));
 }
 
 }  // namespace flash4::host

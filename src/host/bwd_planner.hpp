@@ -24,7 +24,7 @@ struct BwdWorkspaceLayout {
 struct BwdPlan {
   BwdTileConfig tile;
   int m_blocks_max = 0;  // query blocks of the longest sequence
-  int n_blocks_max = 0;  // key blocks of the longest sequence (rounded up to whole clusters)
+  int n_blocks_max = 0;  // key blocks of the longest sequence
   int num_tiles = 0;     // one per (key block, sequence, kv head)
   long long rows_per_head = 0;
   int dq_copies = 1;     // of the dQ accumulator: bwd_dq_copies (more than one only in deterministic mode)
@@ -39,18 +39,9 @@ struct BwdPlan {
 BwdPlan plan_backward(const flash4_bwd_params& params);
 
 // The grid. Persistent: min(tiles, the CTAs that fit at once), one CTA per SM (the kernel's shared memory
-// allows no second), a whole number of clusters; the CTAs claim the tiles in order (kernel.cuh), so tiles
-// of different lengths (causal, window, varlen) balance across them. One CTA per tile for the kernels
-// that are not persistent (bwd_persistent_kernel) and in a FLASH4_BWD_PERSISTENT=OFF build (for A/B
-// runs). The launcher may lower the grid further for paired CTAs (clusters a GPC cannot host).
-//
-// H200, bf16, tokens 16K = B x N, one run of 6451bbf with two repeats (tools/gpu-ab.sh grid): with the
-// late claim (bwd_tile_handout.hpp) the persistent grid is within -1.2% .. +0.5% of the best other
-// variant non-causal and ahead causal, +1% to +4% over the former policy (persistent only up to 1K
-// masked rows, early claim) from 2K to 16K tokens (D = 128 16K causal 468.9 vs 450.7 TFLOPS, D = 64
-// 458.5 vs 447.6). With the early claim, long causal problems had lost on it (D = 128 4K: -12.5% in an
-// earlier run against one CTA per tile).
+// allows no second); the CTAs claim the tiles in order (kernel.cuh), so tiles of different lengths
+// (causal, window, varlen) balance across them, with no launch per tile (docs/experiments.md,
+// "persistent grid"). One CTA per tile for the kernels that are not persistent (bwd_persistent_kernel).
 int bwd_grid_ctas(const BwdPlan& plan, int sm_count, bool softcap);
-bool bwd_persistent_grid();  // false in a FLASH4_BWD_PERSISTENT=OFF build
 
 }  // namespace flash4::host

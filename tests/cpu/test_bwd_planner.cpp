@@ -50,41 +50,32 @@ TEST(BwdPlanner, FixedLengthPadsEachSequenceToWholeQueryBlocks) {
   expect_layout_sound(plan, p);
 }
 
-// The persistent grid: no more CTAs than tiles or SMs (deterministic mode needs every CTA resident), a
-// whole number of clusters, at least one cluster; one CTA per tile in a FLASH4_BWD_PERSISTENT=OFF build.
-// The D = 64 softcap kernel runs one CTA per tile (bwd_persistent_kernel); every other kernel is persistent.
+// The persistent grid: no more CTAs than tiles or SMs (deterministic mode needs every CTA resident), at
+// least one. The D = 64 softcap kernel runs one CTA per tile (bwd_persistent_kernel); every other kernel is
+// persistent.
 TEST(BwdPlanner, OnlyTheD64SoftcapKernelIsNotPersistent) {
   for (int d : {64, 96, 128, 192, 256}) {
     EXPECT_TRUE(bwd_persistent_kernel(d, false)) << d;
     EXPECT_EQ(bwd_persistent_kernel(d, true), d != 64) << d;
     const BwdPlan plan = plan_backward(fixed_length(2, 4096, 4096, 8, 2, d));
     const int tiles = plan.num_tiles;
-    EXPECT_EQ(bwd_grid_ctas(plan, 132, true), d == 64 || !bwd_persistent_grid() ? tiles : std::min(tiles, 132)) << d;
+    EXPECT_EQ(bwd_grid_ctas(plan, 132, true), d == 64 ? tiles : std::min(tiles, 132)) << d;
   }
 }
 
 TEST(BwdPlanner, PersistentGridIsTheSmallerOfTilesAndSms) {
   constexpr int kSms = 132;
   for (int d : {64, 128, 256}) {
-    const int cluster = bwd_tile_config(d).cluster_ctas;
     for (int seqlen : {1, 300, 4096, 16384}) {
       const BwdPlan plan = plan_backward(fixed_length(2, seqlen, seqlen, 8, 2, d));
-      const int grid = bwd_grid_ctas(plan, kSms, false);
-      if (!bwd_persistent_grid()) {
-        EXPECT_EQ(grid, plan.num_tiles);
-        continue;
-      }
-      EXPECT_EQ(grid, std::min(plan.num_tiles, kSms / cluster * cluster)) << d << " " << seqlen;
-      EXPECT_EQ(grid % cluster, 0) << d << " " << seqlen;
+      EXPECT_EQ(bwd_grid_ctas(plan, kSms, false), std::min(plan.num_tiles, kSms)) << d << " " << seqlen;
     }
   }
   const BwdPlan one_tile = plan_backward(fixed_length(1, 10, 10, 1, 1, 128));
-  EXPECT_EQ(one_tile.num_tiles, bwd_tile_config(128).cluster_ctas);
-  EXPECT_EQ(bwd_grid_ctas(one_tile, kSms, false), one_tile.num_tiles);
-  if (bwd_persistent_grid()) {
-    const BwdPlan many = plan_backward(fixed_length(4, 8192, 8192, 16, 16, 64));
-    EXPECT_EQ(bwd_grid_ctas(many, 1, false), bwd_tile_config(64).cluster_ctas);  // a device smaller than a cluster
-  }
+  EXPECT_EQ(one_tile.num_tiles, 1);
+  EXPECT_EQ(bwd_grid_ctas(one_tile, kSms, false), 1);
+  const BwdPlan many = plan_backward(fixed_length(4, 8192, 8192, 16, 16, 64));
+  EXPECT_EQ(bwd_grid_ctas(many, 1, false), 1);  // a device of one SM
 }
 
 // Every problem gets the persistent grid, whatever its tiles' lengths (causal, window, varlen, fixed). A
@@ -107,20 +98,18 @@ TEST(BwdPlanner, EveryProblemGetsThePersistentGrid) {
     for (const flash4_bwd_params& p : {causal, window, varlen, fixed_length(4, seqlen, seqlen, 8, 2, 128)}) {
       const BwdPlan plan = plan_backward(p);
       ASSERT_GT(plan.num_tiles, kSms) << seqlen;
-      EXPECT_EQ(bwd_grid_ctas(plan, kSms, false), bwd_persistent_grid() ? kSms : plan.num_tiles) << seqlen;
+      EXPECT_EQ(bwd_grid_ctas(plan, kSms, false), kSms) << seqlen;
     }
   }
 }
 
-// Paired CTAs (FLASH4_BWD_PAIRED_CTA) need a whole number of pairs per (sequence, kv head): 3 key blocks
-// become 4 there, and stay 3 unpaired or split by roles.
-TEST(BwdPlanner, KeyBlocksComeInWholeClusters) {
+// One tile per key block, partial blocks included: 3 key blocks for 3 * block_n - 5 keys.
+TEST(BwdPlanner, OneTilePerKeyBlock) {
   for (int d : {64, 96, 128, 192, 256}) {
     const BwdTileConfig tile = bwd_tile_config(d);
-    EXPECT_EQ(tile.cluster_ctas, kBwdPairedCta && tile.split == BwdSplit::kKeys ? 2 : 1) << d;
     const BwdPlan plan = plan_backward(fixed_length(2, 100, 3 * tile.block_n - 5, 4, 4, d));
-    EXPECT_EQ(plan.n_blocks_max, tile.cluster_ctas == 2 ? 4 : 3) << d;
-    EXPECT_EQ(plan.num_tiles % tile.cluster_ctas, 0) << d;
+    EXPECT_EQ(plan.n_blocks_max, 3) << d;
+    EXPECT_EQ(plan.num_tiles, 3 * 2 * 4) << d;
     EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
   }
 }
@@ -139,7 +128,7 @@ TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
     const int block_m = plan.tile.block_m;
     EXPECT_EQ(block_m, d == 64 ? 128 : 64);
     EXPECT_EQ(plan.m_blocks_max, (283 + block_m - 1) / block_m) << d;
-    EXPECT_EQ(plan.n_blocks_max, plan.tile.cluster_ctas == 2 ? 4 : 3) << d;  // ceil(283 / 128), whole pairs if paired
+    EXPECT_EQ(plan.n_blocks_max, 3) << d;  // ceil(283 / 128)
     EXPECT_EQ(plan.rows_per_head, 304LL + 4 * (block_m + 4)) << d;  // 301 aligned to 4, then a block and 4 per sequence
     // Each sequence starts 16-byte aligned, and its last query block ends before the next sequence.
     const BwdWorkspaceRows rows{block_m, 0, true};
@@ -155,8 +144,6 @@ TEST(BwdPlanner, VarlenGivesEverySequenceAFullPaddingBlock) {
   }
 }
 
-// Deterministic mode splits the dQ accumulator into kBwdDeterministicDqCopies copies, fewer when there are
-// fewer writer units (key blocks, or pairs); otherwise one. The workspace grows with the copies.
 // Issue 28, finding 1: max_seqlen_q near 2^31 overflowed the planner's int arithmetic, and the workspace it
 // sized (1 KiB) was far smaller than the dQ accumulator alone (132 MB). Counted in 64 bits, every array fits.
 TEST(BwdPlanner, MaxSeqlenNear2To31StillSizesEveryArray) {
@@ -180,17 +167,19 @@ TEST(BwdPlanner, CountsPastTheKernelsIntThrow) {
   EXPECT_THROW(plan_backward(fixed_length(1, 2147483647, 128, 1, 1, 128)), std::length_error);
 }
 
+// Deterministic mode splits the dQ accumulator into kBwdDeterministicDqCopies copies, fewer when there are
+// fewer key blocks; otherwise one. The workspace grows with the copies.
 TEST(BwdPlanner, DeterministicModeSplitsTheDqAccumulator) {
   for (int d : {64, 128, 256}) {
     const BwdTileConfig tile = bwd_tile_config(d);
     for (int key_blocks : {1, 2, 3, 4, 9}) {
-      flash4_bwd_params p = fixed_length(2, 300, key_blocks * tile.cluster_ctas * tile.block_n, 4, 2, d);
+      flash4_bwd_params p = fixed_length(2, 300, key_blocks * tile.block_n, 4, 2, d);
       const BwdPlan loose = plan_backward(p);
       EXPECT_EQ(loose.dq_copies, 1) << d;
       p.deterministic = 1;
       const BwdPlan plan = plan_backward(p);
       EXPECT_EQ(plan.dq_copies, key_blocks < kBwdDeterministicDqCopies ? key_blocks : kBwdDeterministicDqCopies)
-          << "D " << d << ", " << key_blocks << " writer units";
+          << "D " << d << ", " << key_blocks << " key blocks";
       EXPECT_EQ(plan.workspace.dq_accum_bytes, plan.dq_copies * loose.workspace.dq_accum_bytes) << d;
       expect_layout_sound(plan, p);
     }
@@ -230,7 +219,7 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
     // The two warpgroups' dQ slices tile the block_m x tile_cols product exactly once.
     EXPECT_EQ(tile.dq_row0(0) == tile.dq_row0(1), tile.dq_col0(0) != tile.dq_col0(1)) << d;
     EXPECT_EQ(64 * tile.dq_cols_per_warpgroup() * tile.consumer_warpgroups, tile.block_m * tile.tile_cols()) << d;
-    EXPECT_GT(tile.dq_stage_bytes(), 0) << d;
+    EXPECT_GT(tile.dq_buffer_bytes(), 0) << d;
     EXPECT_EQ(tile.probs_bytes(), 0) << d;
     EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
   }
@@ -242,7 +231,7 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
     EXPECT_EQ(tile.block_n, 64) << d;
     EXPECT_EQ(tile.tile_cols(), d) << d;
     EXPECT_EQ(tile.dq_chunks(), d / 64) << d;
-    EXPECT_EQ(tile.dq_stage_bytes(), 0) << d;
+    EXPECT_EQ(tile.dq_buffer_bytes(), 0) << d;
     EXPECT_EQ(tile.probs_bytes(), 64 * 64 * 4) << d;
     EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
     EXPECT_GE(tile.probs_offset(), tile.ds_offset(0) + tile.ds_bytes()) << d;

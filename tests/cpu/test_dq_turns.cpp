@@ -43,7 +43,7 @@ std::vector<Step> writer_steps(const MaskSpec& mask, int n_block, int group_size
   for (int head = 0; head < group_size; ++head) {
     for (int m = queries.end - 1; m >= queries.begin; --m) {
       const int first = key_block_range(mask, m * kBlockM, kBlockM, kBlockN).begin;
-      steps.push_back({head, m, bwd_dq_order(n_block, first, 1, copies)});
+      steps.push_back({head, m, bwd_dq_order(n_block, first, copies)});
     }
   }
   return steps;
@@ -114,7 +114,7 @@ TEST(DqTurns, EveryRunFinishesAndAddsInKeyBlockOrder) {
   for (const ProtocolCase& c : cases) {
     const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
     const int n_blocks = (c.seqlen_k + kBlockN - 1) / kBlockN;
-    for (int copies : {1, 2, bwd_dq_copies(true, n_blocks, 1)}) {
+    for (int copies : {1, 2, bwd_dq_copies(true, n_blocks)}) {
       for (int resident : {1, 2, 3, n_blocks}) {
         for (int stride : {1, 2, 3, 5}) {
           SCOPED_TRACE(testing::Message() << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left

@@ -5,7 +5,6 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/common/bwd_tile_config.hpp"
 #include "kernels/common/mask.hpp"
 
 namespace flash4 {
@@ -227,47 +226,6 @@ TEST(MaskRanges, BackwardContributorsOfEachQueryBlockAreTheForwardKeyRange) {
         EXPECT_EQ(contributes, n >= keys.begin && n < keys.end)
             << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left << ", " << c.right
             << ") query block " << m << " key block " << n;
-      }
-    }
-  }
-}
-
-// Paired backward CTAs (key blocks 2j and 2j + 1) both walk the query blocks of query_block_range over
-// the pair's 256 keys, which must be exactly the blocks either one sees (also when the second lies past
-// the keys); and in deterministic mode the turns (bwd_dq_order) of the pairs holding query block m must
-// count 0, 1, 2, ... over the pairs of each accumulator copy, for both blocks of each (an odd first
-// contributor included).
-TEST(MaskRanges, PairedKeyBlocksWalkTheUnionOfTheirQueryBlocks) {
-  constexpr int kBlockM = 64;
-  constexpr int kBlockN = 128;
-  for (const MaskCase& c : kCases) {
-    const MaskSpec mask{c.seqlen_q, c.seqlen_k, c.left, c.right};
-    for (int pair_n0 = 0; pair_n0 < c.seqlen_k; pair_n0 += 2 * kBlockN) {
-      const QueryBlockRange pair = query_block_range(mask, pair_n0, 2 * kBlockN, kBlockM);
-      const QueryBlockRange first = query_block_range(mask, pair_n0, kBlockN, kBlockM);
-      const QueryBlockRange second = query_block_range(mask, pair_n0 + kBlockN, kBlockN, kBlockM);
-      for (int m = 0; m * kBlockM < c.seqlen_q; ++m) {
-        const bool in_either = (m >= first.begin && m < first.end) || (m >= second.begin && m < second.end);
-        EXPECT_EQ(m >= pair.begin && m < pair.end, in_either)
-            << "Sq " << c.seqlen_q << " Sk " << c.seqlen_k << " window (" << c.left << ", " << c.right << ") pair at "
-            << pair_n0 << " query block " << m;
-      }
-    }
-    for (int copies : {1, 3}) {
-      for (int m = 0; m * kBlockM < c.seqlen_q; ++m) {
-        const KeyBlockRange keys = key_block_range(mask, m * kBlockM, kBlockM, kBlockN);
-        std::vector<int> expected_turn(copies, 0);  // per copy: pair j adds into copy j % copies
-        for (int pair_n0 = 0; pair_n0 < c.seqlen_k; pair_n0 += 2 * kBlockN) {
-          const QueryBlockRange pair = query_block_range(mask, pair_n0, 2 * kBlockN, kBlockM);
-          if (m < pair.begin || m >= pair.end) continue;
-          const int copy = pair_n0 / (2 * kBlockN) % copies;
-          for (int n = pair_n0 / kBlockN; n < pair_n0 / kBlockN + 2; ++n) {
-            const BwdDqOrder order = bwd_dq_order(n, keys.begin, 2, copies);
-            EXPECT_EQ(order.copy, copy) << "query block " << m << " key block " << n;
-            EXPECT_EQ(order.turn, expected_turn[copy]) << copies << " copies, query block " << m << " key block " << n;
-          }
-          ++expected_turn[copy];
-        }
       }
     }
   }

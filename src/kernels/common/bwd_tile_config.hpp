@@ -32,14 +32,6 @@ inline constexpr int kDqBoxBytes = 32;  // row width of a dQ staging box: one L2
 // (kernels/sm90/bwd/kernel.cuh).
 inline constexpr int kBwdSmemControlBytes = 1024;
 
-// Paired CTAs (CMake FLASH4_BWD_PAIRED_CTA; split by keys only): a cluster of two CTAs on neighbouring key
-// blocks that receive every Q / dO / LSE / D stage through TMA multicast (each loads half); rank 1 copies
-// its dQ partial to rank 0, which reduce-adds both in the pair's one deterministic turn (docs/design.md).
-#ifndef FLASH4_BWD_PAIRED_CTA_ENABLED
-#define FLASH4_BWD_PAIRED_CTA_ENABLED 0
-#endif
-inline constexpr bool kBwdPairedCta = FLASH4_BWD_PAIRED_CTA_ENABLED != 0;
-
 struct BwdTileConfig {
   int head_dim;
   BwdSplit split = BwdSplit::kKeys;
@@ -47,7 +39,6 @@ struct BwdTileConfig {
   int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M) when split by keys
   int stages = 2;     // Q / dO / LSE / D stages in flight
   int consumer_warpgroups = 2;
-  int cluster_ctas = 1;  // 2 with paired CTAs
   // 128-byte swizzle: a 64-column box of a 16-bit tile is exactly one swizzle row.
   int swizzle_bytes = 128;
 
@@ -78,11 +69,10 @@ struct BwdTileConfig {
   FLASH4_HD constexpr int stage_bytes() const { return 2 * q_bytes() + 2 * row_stat_bytes(); }  // TMA bytes
   FLASH4_HD constexpr int stage_stride() const { return round_up_to_alignment(stage_bytes()); }
   FLASH4_HD constexpr int ds_bytes() const { return block_n * block_m * kElementBytes; }
-  // Split by keys, two dS^T buffers alternate with the stages, unless paired: the partner's dQ buffer
-  // takes the room of the second, and one is safe too (both warpgroups pass step t's dQ-empty barrier,
-  // after their dQ products have read dS^T, before either writes step t + 1's). Split by roles one
-  // suffices (the warpgroups' barriers order every write after the previous step's reads).
-  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kKeys && cluster_ctas == 1 ? 2 : 1; }
+  // Split by keys, two dS^T buffers alternate with the stages: a warpgroup may store step t + 1's dS^T
+  // while the other one's dQ product of step t still reads step t's. Split by roles one suffices (the
+  // warpgroups' barriers order every write after the previous step's reads).
+  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kKeys ? 2 : 1; }
   // Split by roles: P (fp32, in warpgroup 0's accumulator order) handed to warpgroup 1 for dS.
   FLASH4_HD constexpr int probs_bytes() const {
     return split == BwdSplit::kRoles ? block_n * block_m * int(sizeof(float)) : 0;
@@ -95,16 +85,14 @@ struct BwdTileConfig {
   // The workspace's dQ accumulator keeps every query block in this order too: the block_m x head_dim floats
   // from the block's first row (BwdWorkspaceRows; each block's rows are contiguous) hold element (row,
   // col) of the block at dq_staging_index(row, col). The dQ writer then adds the whole staged partial
-  // with one contiguous bulk reduce-add; as 8-column TMA boxes (a 32-byte request per row) the same adds
-  // made the backward 3% slower (geometric mean over 512..16K tokens, D = 64 and 128; up to 9%). The
-  // postprocess reads the accumulator in this order.
+  // with one contiguous bulk reduce-add of whole L2 lines, where 8-column TMA boxes would send a 32-byte
+  // request per row (slower: docs/experiments.md, "bulk dQ reduce-add"). The postprocess reads the accumulator in
+  // this order.
   FLASH4_HD constexpr int dq_box_cols() const { return kDqBoxBytes / int(sizeof(float)); }
   FLASH4_HD constexpr int dq_box_floats() const { return block_m * dq_box_cols(); }
   FLASH4_HD constexpr int dq_buffer_bytes() const {
     return split == BwdSplit::kKeys ? block_m * head_dim * int(sizeof(float)) : 0;
   }
-  // Paired, a second buffer receives the partner CTA's partial (used in the rank-0 CTA only).
-  FLASH4_HD constexpr int dq_stage_bytes() const { return cluster_ctas * dq_buffer_bytes(); }
   // The float index of dQ element (row, col) in the staging boxes, and in a query block's accumulator.
   FLASH4_HD constexpr int dq_staging_index(int row, int col) const {
     return (col / dq_box_cols()) * dq_box_floats() + row * dq_box_cols() + col % dq_box_cols();
@@ -124,8 +112,7 @@ struct BwdTileConfig {
   }
   FLASH4_HD constexpr int probs_offset() const { return ds_offset(ds_buffers()); }
   FLASH4_HD constexpr int dq_offset() const { return probs_offset() + probs_bytes(); }
-  FLASH4_HD constexpr int dq_partner_offset() const { return dq_offset() + dq_buffer_bytes(); }
-  FLASH4_HD constexpr int barrier_offset() const { return dq_offset() + dq_stage_bytes(); }
+  FLASH4_HD constexpr int barrier_offset() const { return dq_offset() + dq_buffer_bytes(); }
   FLASH4_HD constexpr int smem_bytes() const { return kSmemAlignment + barrier_offset() + kBwdSmemControlBytes; }
   FLASH4_HD constexpr int threads() const { return (1 + consumer_warpgroups) * kWarpgroupThreads; }
 
@@ -135,36 +122,29 @@ struct BwdTileConfig {
 };
 
 // Deterministic mode: the dQ accumulator is split into copies that the postprocess sums in a fixed
-// order; writer unit u (a key block, or paired a pair of them) adds into copy u % copies, in turn after
-// the lower units of the same copy. The turns form a chain per (query block, copy), and each link costs
-// the latency of an add landing plus a release / acquire: a unit's first add waits for every lower unit of
-// its copy, so with one copy the last of 128 key blocks starts about 128 of those latencies late, and
-// under causal masking, where that block has the fewest steps, its SM idles that long. Four copies cut
-// the chains, and that idle time, by four, for four times the accumulator's memory (and its zeroing and
-// reads in the postprocess, a few percent of the backward at 16K tokens).
+// order; key block n adds into copy n % copies, in turn after the lower key blocks of the same copy. The
+// turns form a chain per (query block, copy), and each link costs the latency of an add landing plus a
+// release / acquire: a key block's first add waits for every lower block of its copy, so with one copy
+// the last of 128 key blocks starts about 128 of those latencies late, and under causal masking, where
+// that block has the fewest steps, its SM idles that long. Four copies cut the chains, and that idle
+// time, by four, for four times the accumulator's memory (and its zeroing and reads in the postprocess).
 inline constexpr int kBwdDeterministicDqCopies = 4;
 
-// The copies a backward uses: one unless deterministic, and no more than it has writer units (key blocks,
-// or paired, pairs: n_blocks is a whole number of clusters).
-FLASH4_HD constexpr int bwd_dq_copies(bool deterministic, int n_blocks, int cluster_ctas) {
-  const int units = n_blocks / cluster_ctas;
-  if (!deterministic || units < 1) return 1;
-  return units < kBwdDeterministicDqCopies ? units : kBwdDeterministicDqCopies;
+// The copies a backward uses: one unless deterministic, and no more than it has key blocks.
+FLASH4_HD constexpr int bwd_dq_copies(bool deterministic, int n_blocks) {
+  if (!deterministic || n_blocks < 1) return 1;
+  return n_blocks < kBwdDeterministicDqCopies ? n_blocks : kBwdDeterministicDqCopies;
 }
 
 // The copy key block n_block adds into, and its turn among that copy's contributors to a query block whose
-// first contributing key block is first_block (counted in clusters: a pair adds once, for both its
-// blocks; rounding each block down to its cluster before subtracting matters when first_block is odd).
-// The contributors of copy c are the units u >= first_unit with u % copies == c; the lowest is less than
-// `copies` above first_unit.
+// first contributing key block is first_block. The contributors of copy c are the key blocks
+// n >= first_block with n % copies == c; the lowest is less than `copies` above first_block.
 struct BwdDqOrder {
   int copy;
   int turn;
 };
-FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int first_block, int cluster_ctas, int copies) {
-  const int unit = n_block / cluster_ctas;
-  const int first_unit = first_block / cluster_ctas;
-  return BwdDqOrder{unit % copies, (unit - first_unit) / copies};
+FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int first_block, int copies) {
+  return BwdDqOrder{n_block % copies, (n_block - first_block) / copies};
 }
 
 // Head dims with a backward kernel: every head dim the forward has.
@@ -183,13 +163,12 @@ FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
     cfg.block_n = 64;
   }
   if (head_dim <= 64) cfg.block_m = 128;
-  if (kBwdPairedCta && cfg.split == BwdSplit::kKeys) cfg.cluster_ctas = 2;
   return cfg;
 }
 
 // Whether a backward kernel runs a persistent grid (kernels/sm90/bwd/kernel.cuh) or one CTA per tile: the
 // softcap kernel at block_m = 128 (D = 64) has no registers to spare for the loop over tiles (its
-// consumers spilled 20 bytes with it).
+// consumers spilled with it).
 FLASH4_HD constexpr bool bwd_persistent_kernel(int head_dim, bool softcap) {
   return !(softcap && bwd_tile_config(head_dim).block_m == 128);
 }

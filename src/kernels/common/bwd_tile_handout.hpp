@@ -1,39 +1,24 @@
-// The backward's tile hand-out protocol (kernels/sm90/bwd/kernel.cuh), as the slot and mbarrier phase
-// arithmetic its roles share: the scheduler publishes the CTA's tile number n in slot n % 2; the other
-// roles wait for tile_published, read the slot, and arrive on tile_free once done with it (the loader
-// first on tile_loaded, for a late claim). Host and device code, so that
-// tests/cpu/test_bwd_tile_handout.cpp runs the protocol on these very functions.
+// The backward's tile hand-out protocol (kernels/sm90/bwd/kernel.cuh): the slot protocol shared with the
+// forward (tile_handout.hpp: the scheduler publishes the CTA's tile number n in slot n % 2; the other roles
+// wait for tile_published, read the slot, and arrive on tile_free once done with it), plus the phases of
+// the backward's own barriers (the loader arrives on tile_loaded first: the late claim, below). Host and
+// device code, so that tests/cpu/test_bwd_tile_handout.cpp runs the protocol on these very functions.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/host_device.hpp"
+#include "kernels/common/tile_handout.hpp"
 
 namespace flash4 {
 
-// CMake FLASH4_BWD_LATE_CLAIM (default ON): the scheduler claims the CTA's tile number n + 1 only once the
-// loader has issued tile n's loads (tile_loaded), a few steps before the consumers finish it. OFF claims
-// it as the readers start tile n. An early claim takes a tile away from the CTAs that start later: with
-// more tiles than resident CTAs, a CTA may then hold two tiles while SMs idle at the end, and in
-// deterministic mode a tile's successors in the dQ turns wait for it to start behind a whole other tile
-// (H200, bf16, 16K, one run of 6451bbf: deterministic causal at 251 / 300 TFLOPS against 452 / 477
-// without; the late claim's figures are in bwd_planner.hpp).
-#ifndef FLASH4_BWD_LATE_CLAIM_ENABLED
-#define FLASH4_BWD_LATE_CLAIM_ENABLED 1
-#endif
-inline constexpr bool kBwdLateClaim = FLASH4_BWD_LATE_CLAIM_ENABLED != 0;
-
-struct BwdTileHandout {
-  static constexpr int kSlots = 2;
-
-  FLASH4_HD static constexpr int slot(int number) { return number % kSlots; }
-  // The parity of the slot's tile_published phase that completes when tile `number` is published (the
-  // slot's (number / kSlots)-th).
-  FLASH4_HD static constexpr uint32_t published_parity(int number) { return uint32_t(number / kSlots) % 2; }
-  // Tile `number` reuses its slot after tile number - kSlots: the scheduler first waits for that tile's
-  // tile_free phase.
-  FLASH4_HD static constexpr bool reuses_slot(int number) { return number >= kSlots; }
-  FLASH4_HD static constexpr uint32_t free_parity(int number) { return uint32_t(number / kSlots - 1) % 2; }
+// The late claim: the scheduler claims the CTA's tile number n + 1 only once the loader has issued tile
+// n's loads (tile_loaded), a few steps before the consumers finish it, so the next tile's K / V loads
+// still overlap tile n's last steps. Claiming as the readers start tile n instead takes a tile away from
+// the CTAs that start later: with more tiles than resident CTAs, a CTA may then hold two tiles while SMs
+// idle at the end, and in deterministic mode a tile's successors in the dQ turns wait for it to start
+// behind a whole other tile (docs/experiments.md, "late claim").
+struct BwdTileHandout : TileHandout {
   // tile_loaded completes one phase per tile (the loader arrives after every tile, loads or none).
   FLASH4_HD static constexpr uint32_t loaded_parity(int number) { return uint32_t(number) % 2; }
   // The K / V barriers complete one phase per tile that loads K and V. kv_full's phase for such a tile is

@@ -1,6 +1,6 @@
 """flash4's torch ops on the GPU (H200): results, gradients, torch.compile, CUDA graphs, strided inputs.
 
-Tolerance rule (docs/DESIGN.md section 4): flash4's max error against an fp32 reference must be at most
+Tolerance rule (as tests/tolerance.hpp): flash4's max error against an fp32 reference must be at most
 twice the error of a naive same-precision implementation (bf16/fp16 inputs, fp32 accumulate, P rounded to
 the input dtype) plus a small floor. The reference is an explicit fp32 computation, itself checked against
 torch's math SDPA in fp32 (explicit, because it must also cover softcap, which SDPA lacks).

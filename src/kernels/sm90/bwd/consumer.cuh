@@ -45,7 +45,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   using typename Ops::Gradient;
   using typename Ops::Scores;
   static constexpr int kKeys = kCfg.keys_per_warpgroup();
-  using Handoff = DqHandoff<kCfg.cluster_ctas>;
+  using Handoff = DqHandoff;
   // dV is issued as soon as P^T is ready, before dS^T is computed, when its fragments fit beside S^T (the
   // fp32 P^T that dS^T is computed from), dP^T and the dK / dV accumulators: at block_m = 128 (D = 64)
   // these would take 64 + 32 + 64 + 64 registers.
@@ -62,7 +62,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   // the ring advances once per step. Which of the two ptxas fits in 240 registers differs: the stage at
   // block_m = 64 (D = 96, 128), the counter at block_m = 128 (D = 64; its softcap kernel spilled with the
   // stage); -Xptxas -v shows no spill either way chosen here.
-  static constexpr bool kStepFromStage = kBlockM == 64 && kCfg.stages == bwd_dq_writer_warps(kCfg.cluster_ctas);
+  static constexpr bool kStepFromStage = kBlockM == 64 && kCfg.stages == Handoff::kWriters;
   int step = 0;  // unused when kStepFromStage
 
   // Softcap: P^T and dS^T in place of S^T and dP^T, the score's tanh feeding both (dS picks up the
@@ -118,7 +118,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   }
 
   // Stages step `step`'s dQ for its writer warp: waits until the previous step's reduce-adds have read the
-  // slice (paired: the buffer), writes this warpgroup's slice, and signals the writer without waiting for it.
+  // slice, writes this warpgroup's slice, and signals the writer without waiting for it.
   __device__ __forceinline__ void hand_off_dq(const DqSlice& dq) const {
     named_barrier_sync(Handoff::empty(warpgroup), Handoff::kThreads);
     stage_dq(dq);
@@ -130,18 +130,13 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
   // writes (Ops::store_key_rows_staged): the last step's products read the other buffer; this one was last
   // read by the step before, whose dQ products both warpgroups completed before passing the last step's
   // kDsReady barrier, and the next step's writes into these rows are this warpgroup's own, after these
-  // reads. Paired there is one dS^T buffer, which the partner warpgroup's last dQ may still read: the
-  // stores go straight from registers.
+  // reads.
   __device__ __forceinline__ void store_gradients(const BwdKernelParams& p, const BwdTileWork& work, const Gradient& dk,
                                                   const Gradient& dv) const {
-    if constexpr (kCfg.ds_buffers() == kCfg.stages) {
-      char* staging = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers()) + warpgroup * kKeys * kCfg.swizzle_bytes;
-      Ops::store_key_rows_staged(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale, staging);
-      Ops::store_key_rows_staged(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f, staging);
-    } else {
-      Ops::store_key_rows(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale);
-      Ops::store_key_rows(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f);
-    }
+    static_assert(kCfg.ds_buffers() == kCfg.stages, "the dS^T buffer the next step writes is free");
+    char* staging = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers()) + warpgroup * kKeys * kCfg.swizzle_bytes;
+    Ops::store_key_rows_staged(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale, staging);
+    Ops::store_key_rows_staged(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f, staging);
   }
 
   // After the last tile: the writers hand the staging buffer back after every step, so the consumers take
@@ -150,9 +145,10 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
 
   // Whether block_m = 128's masked steps run a copy of the step of their own (run_step<kSoftcap, true>): it
   // reads the LSE at its use, which leaves the registers to build the mask runs after the wait for S^T.
-  // The shared step could not have both without spilling (8-20 bytes) or slowing the unmasked steps (the
-  // LSE read at its use in every step: 0.968 in geometric mean at D = 64 non-causal). The unmasked steps
-  // keep their code.
+  // The shared step could not have both without spilling or slowing the unmasked steps (the LSE read at
+  // its use in every step: docs/experiments.md, "mask runs carried across the products"). The unmasked
+  // steps keep their code; a copy at block_m = 64 too made ptxas schedule them worse ("masked-step copy
+  // at block_m = 64 too").
   template <bool kSoftcap>
   static constexpr bool kSplitMaskedSteps = !kSoftcap && !kEarlyDv;
 
@@ -175,9 +171,9 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     const float* lse = reinterpret_cast<const float*>(smem + cfg().lse_offset(ring.stage));
     const float* dsum = reinterpret_cast<const float*>(smem + cfg().dsum_offset(ring.stage));
     // LSE goes to registers before the products are issued: their operand reads then take all of
-    // shared memory's bandwidth, and loads issued behind them return only as the products finish (at
-    // D = 128, 16K tokens, the exponentials and dS^T waiting on the LSE and D loads held about a fifth
-    // of the consumers' stall samples). D follows once dV is issued at block_m = 64 (both before
+    // shared memory's bandwidth, and loads issued behind them return only as the products finish (the
+    // exponentials and dS^T waiting on the LSE and D loads were a large share of the consumers' stalls
+    // in Nsight Compute profiles). D follows once dV is issued at block_m = 64 (both before
     // the products spilled there) and is read at its use at block_m = 128. The masked-only steps read the
     // LSE at its use too (kSplitMaskedSteps).
     typename Ops::RowStats lse_stats;
@@ -235,9 +231,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     }
 
     // dV runs on the tensor cores while dS^T is stored and the warpgroups meet. Then dQ goes first and
-    // dK behind it, so that dQ is staged for its writer while dK still runs (against dK first and
-    // dQ last, staged after it, the same speed: 0.999 in geometric mean; this order's register peak
-    // is lower).
+    // dK behind it, so that dQ is staged for its writer while dK still runs (dK first and dQ last, staged
+    // after it, measured the same speed; this order's register peak is lower).
     char* ds_tile = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers());
     Ops::template store_ds<!kSoftcap>(ds_tile, ds_frag, warpgroup * kKeys);
     fence_async_shared();  // the generic-proxy dS stores must be visible to wgmma
@@ -280,7 +275,7 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
     // The zeros are made here, after setmaxnreg.inc: left as constants, the compiler materializes them
     // (for the path that skips the loop) before the kernel's branch on the warpgroup, so dK and dV would
     // be live across setmaxnreg.inc, and ptxas then keeps them in local memory for the whole loop (at
-    // block_m = 128: 256 bytes of stack, LDL / STL around every dV / dK product, wgmma serialized, C7512).
+    // block_m = 128: LDL / STL around every dV / dK product, wgmma serialized, C7512).
     pin_registers(dk);
     pin_registers(dv);
     if (work.num_steps() > 0) {
@@ -288,10 +283,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       const char* v_tile = smem + kCfg.v_offset();
       mbarrier_wait(&bars->kv_full, work.kv_phase);
 
-      // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer. Paired
-      // there is one (BwdTileConfig::ds_buffers): both warpgroups then pass step t's kDqEmpty barrier,
-      // after their dQ products have read dS, before either writes step t + 1's.
-      static_assert(kCfg.ds_buffers() == 1 || kCfg.ds_buffers() == kCfg.stages, "dS buffers follow the stage ring");
+      // Two dS buffers alternate like the two stages, so the stage index also picks the dS buffer.
+      static_assert(kCfg.ds_buffers() == kCfg.stages, "dS buffers follow the stage ring");
       // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
       // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {

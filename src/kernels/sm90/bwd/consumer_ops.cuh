@@ -11,7 +11,6 @@
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
-#include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/math.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
@@ -56,22 +55,9 @@ struct BwdConsumerOps {
     return thread;
   }
 
-  // The warp is done with a stage (its wgmmas waited for, its LSE / D loads consumed); paired, the
-  // stage's barrier in both CTAs hears it, since either CTA's next multicast overwrites the stage in both.
-  // One arrive per thread, or per warp in a FLASH4_BWD_RELEASE_PER_THREAD=OFF build (pipeline.cuh).
-  __device__ __forceinline__ static void release(uint64_t* barrier) {
-    if constexpr (!kBwdReleasePerThread) __syncwarp();
-    if (kBwdReleasePerThread || lane() == 0) {
-      if constexpr (cfg().cluster_ctas == 1) {
-        mbarrier_arrive(barrier);
-      } else {
-#pragma unroll
-        for (int rank = 0; rank < cfg().cluster_ctas; ++rank) {
-          mbarrier_arrive_cluster_cta_order(cluster_shared_address(barrier, rank));
-        }
-      }
-    }
-  }
+  // The thread is done with a stage (its wgmmas waited for, its LSE / D loads consumed): one arrival per
+  // thread (kBwdStageReleaseArrivals, pipeline.cuh).
+  __device__ __forceinline__ static void release(uint64_t* barrier) { mbarrier_arrive(barrier); }
 
   // acc (64 rows x block_m cols) = A_rows B^T with A, B K-major tiles of head_dim columns stored as 64-column
   // boxes: A = the 64 rows from key_row0 of a block_n-row tile (K or V), B = a block_m-row tile (Q or dO).
@@ -136,7 +122,7 @@ struct BwdConsumerOps {
   // address is (row address + chunk offset) XOR phase. kOpaqueThread: the lane's address comes from
   // opaque_thread_index(), so it is computed at each call rather than kept live across the tile's loop.
   // Which of the two fits differs by kernel (block_m = 128: without softcap the hoisted address
-  // spilled 4 bytes, with softcap the recomputed one 8); -Xptxas -v shows no spill with the callers' choice.
+  // spilled, with softcap the recomputed one); -Xptxas -v shows no spill with the callers' choice.
   template <bool kOpaqueThread>
   __device__ __forceinline__ static void store_ds(char* ds_tile, const Fragments& frag, int key_row0) {
     constexpr int kChunksPerBox = kSwizzle / 16;
@@ -177,8 +163,8 @@ struct BwdConsumerOps {
   // (BwdConsumer::softcapped_fragments) takes it from before the step's products are issued, when S^T and
   // dP^T take no registers, and expands it into bits at its use; the other passes build it after the wait
   // for S^T, just before the exponentials (at block_m = 128 in a copy of the step for masked steps,
-  // BwdConsumer::kSplitMaskedSteps). Against the window evaluated per entry (about 8 instructions each,
-  // which made a masked D = 128 step cost about two unmasked ones): see docs/design.md for the A/Bs.
+  // BwdConsumer::kSplitMaskedSteps). The window evaluated per entry instead took several instructions per
+  // entry and made a masked step cost about two unmasked ones (docs/experiments.md, "mask runs").
   using MaskRuns = uint32_t;
   static constexpr int kRunBoundBits = 8;
   static_assert(kBlockM / 4 < (1 << kRunBoundBits), "a run bound fits its field");
@@ -256,9 +242,9 @@ struct BwdConsumerOps {
   // Per 64-column chunk, stmatrix puts the warp's packed pairs there (16-byte units XOR-swizzled by row,
   // so the eight rows of a matrix fall in distinct banks) and every lane reads back 16 consecutive bytes
   // of a row: each global store instruction then writes four whole 128-byte rows of the chunk, where the
-  // direct stores write 16 bytes of each of 8 rows and take four times as many instructions (at 512
-  // tokens, D = 128 causal, those stores and the loads queued behind them held a fifth of the consumers'
-  // stall samples).
+  // direct stores write 16 bytes of each of 8 rows and take four times as many instructions (on short
+  // sequences, where a tile has few steps, those stores and the loads queued behind them were a large
+  // share of the consumers' stalls).
   __device__ __forceinline__ static void store_key_rows_staged(void* base, const TensorStrides& strides,
                                                                const BwdKernelParams& p, const BwdTileWork& work,
                                                                int key_row0, const Gradient& acc, float scale,

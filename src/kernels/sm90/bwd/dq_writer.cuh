@@ -1,26 +1,18 @@
-// The dQ writers: warps 1 and 2 of the producer warpgroup, taking the steps in turn (one warp when paired:
-// bwd_dq_writer_warps), counting the CTA's steps across its tiles. For every query-block step the
-// consumers stage their fp32 dQ partial (block_m rows x head_dim, as boxes of 8 columns) in shared
-// memory; the step's writer's first lane adds it into the workspace accumulator, which stores each query
-// block in the staging's order (BwdTileConfig::dq_staging_index), with one contiguous bulk reduce-add (no
-// per-element atomics; issuing one per row kept the warp busy most of each step at D = 64), and hands the
-// staging buffer back (to each warpgroup on its own barrier, unpaired: pipeline.cuh) once the copy engine
-// has read it. Keeping the issue (and, in deterministic mode,
-// the wait for this query block's turn) off the consumers lets their tensor-core work run on meanwhile.
-//
-// Paired CTAs: rank 1's writer copies its partial into rank 0's partner buffer (one bulk copy completing
-// on rank 0's partner_dq_full) and hands its staging back when rank 0 signals partner_dq_taken; rank 0's
-// writer reduce-adds both partials, so in deterministic mode the pair takes one turn. (Adding the two in
-// shared memory first, to halve the reduce-adds, kept the writer warp, with its 24 registers, busy
-// longer than a step: the paired kernel ran at half the unpaired speed.)
+// The dQ writers: warps 1 and 2 of the producer warpgroup, taking the steps in turn (kBwdDqWriterWarps),
+// counting the CTA's steps across its tiles. For every query-block step the consumers stage their fp32 dQ
+// partial (block_m rows x head_dim, as boxes of 8 columns) in shared memory; the step's writer's first
+// lane adds it into the workspace accumulator, which stores each query block in the staging's order
+// (BwdTileConfig::dq_staging_index), with one contiguous bulk reduce-add (no per-element atomics; issuing
+// one per row kept the warp busy most of each step at D = 64), and hands the staging buffer back (to each
+// warpgroup on its own barrier: pipeline.cuh) once the copy engine has read it. Keeping the issue (and,
+// in deterministic mode, the wait for this query block's turn) off the consumers lets their tensor-core
+// work run on meanwhile.
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
 #include "kernels/sm90/ptx/bulk.cuh"
-#include "kernels/sm90/ptx/cluster.cuh"
-#include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 
 namespace flash4::sm90 {
@@ -28,11 +20,10 @@ namespace flash4::sm90 {
 template <int kHeadDim>
 struct BwdDqWriter {
   static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
-  using Handoff = DqHandoff<kCfg.cluster_ctas>;
+  using Handoff = DqHandoff;
   static constexpr int kWriters = Handoff::kWriters;
 
   char* smem;
-  BwdBarriers<kCfg.stages>* bars;
   int writer;    // 0 .. kWriters - 1: takes the CTA's steps congruent to it
   int step = 0;  // the CTA's steps so far, over all its tiles
 
@@ -41,71 +32,40 @@ struct BwdDqWriter {
     if (writer == 0) hand_back();
   }
 
-  // The staged partial is complete once every warpgroup has handed its slice over (paired: once both
-  // have, on one barrier). The barrier ids are constants, one branch per writer: computed from the step (or
-  // the writer index), the second id took a 25th register of the writer's 24 (a 4-byte spill).
+  // The staged partial is complete once every warpgroup has handed its slice over. The barrier ids are
+  // constants, one branch per writer: computed from the step (or the writer index), the second id took a
+  // 25th register of the writer's 24 (a spill).
   template <int kWriter>
   __device__ __forceinline__ static void wait_staged_by() {
 #pragma unroll
-    for (int w = 0; w < Handoff::kBarrierSets; ++w) named_barrier_sync(Handoff::full(kWriter, w), Handoff::kThreads);
+    for (int w = 0; w < Handoff::kWarpgroups; ++w) named_barrier_sync(Handoff::full(kWriter, w), Handoff::kThreads);
   }
   __device__ __forceinline__ void wait_staged() const {
-    static_assert(kWriters <= 2, "one branch per writer");
-    if (kWriters == 1 || writer == 0) wait_staged_by<0>();
+    static_assert(kWriters == 2, "one branch per writer");
+    if (writer == 0) wait_staged_by<0>();
     else wait_staged_by<1>();
   }
   // The staging buffer may be overwritten again.
   __device__ __forceinline__ void hand_back() const {
 #pragma unroll
-    for (int w = 0; w < Handoff::kBarrierSets; ++w) named_barrier_arrive(Handoff::empty(w), Handoff::kThreads);
+    for (int w = 0; w < Handoff::kWarpgroups; ++w) named_barrier_arrive(Handoff::empty(w), Handoff::kThreads);
   }
 
-  // Lane 0 only: the bulk groups it commits are its own to wait for. Paired, rank 0 adds the partner's
-  // partial too (its reduce-adds, like its own, in this CTA's turn), then lets the partner reuse both its
-  // staging and this CTA's partner buffer.
+  // Lane 0 only: the bulk groups it commits are its own to wait for.
   __device__ void add_step(const BwdKernelParams& p, const BwdTileWork& work, int copy, int head, int m_block) const {
     // The partial and the query block's accumulator hold the block in the same order (dq_staging_index):
     // one contiguous reduce-add per staged partial.
     float* block = dq_accum_rows<kHeadDim>(p, work, copy, head, m_block);
     bulk_reduce_add_f32(block, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), kCfg.dq_buffer_bytes());
-    if constexpr (kCfg.cluster_ctas == 2) {
-      if (p.deterministic) {  // bulk operations are unordered: the partner's adds must not overtake these
-        bulk_commit_group();
-        bulk_wait_group_all();
-      }
-      mbarrier_arrive_expect_bytes(&bars->partner_dq_full, kCfg.dq_buffer_bytes());
-      mbarrier_wait(&bars->partner_dq_full, step % 2);
-      const float* partner = reinterpret_cast<const float*>(smem + kCfg.dq_partner_offset());
-      bulk_reduce_add_f32(block, partner, kCfg.dq_buffer_bytes());
-    }
     bulk_commit_group();
     // The buffer goes back as soon as the copy engine has read it: in deterministic mode the wait for the
     // adds to land (below) then overlaps the consumers' next step instead of delaying it.
     bulk_wait_group_read_all();
-    if constexpr (kCfg.cluster_ctas == 2) mbarrier_arrive_cluster(cluster_shared_address(&bars->partner_dq_taken, 1));
   }
 
-  // Rank 1: each step's staged partial goes to rank 0's partner buffer (lane 0 issues one bulk copy); the
-  // staging buffer goes back to the consumers once rank 0 has taken it. (Paired, one writer warp.)
-  __device__ void run_sender(const BwdTileWork& work) {
-    for (const int end = step + work.num_steps(); step < end; ++step) {
-      wait_staged();
-      if (threadIdx.x % 32 == 0) {
-        bulk_copy_to_cluster_cta(cluster_shared_address(smem + kCfg.dq_partner_offset(), 0), smem + kCfg.dq_offset(),
-                                 kCfg.dq_buffer_bytes(), cluster_shared_address(&bars->partner_dq_full, 0));
-        mbarrier_wait_cluster(&bars->partner_dq_taken, step % 2);
-      }
-      __syncwarp();
-      hand_back();
-    }
-  }
-
-  // One tile. Unpaired, or paired rank 0: each step's partial (plus, paired, the partner's) reduce-added
-  // into the accumulator (its copy, in deterministic mode in this query block's turn).
+  // One tile: each step's partial reduce-added into the accumulator (its copy, in deterministic mode in
+  // this query block's turn).
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
-    if constexpr (kCfg.cluster_ctas == 2) {
-      if (work.pair_rank == 1) return run_sender(work);
-    }
     const bool leader = threadIdx.x % 32 == 0;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block, ++step) {

@@ -1,6 +1,6 @@
 // The main backward kernel: warpgroup 0 produces (one thread issues the loads, warps 1 and 2 write dQ when
-// the consumers split by keys, warp 1 alone when paired; the warpgroup gives its registers to the
-// consumers), warpgroups 1 and 2 consume (consumer.cuh or consumer_roles.cuh, by the head dim's
+// the consumers split by keys; the warpgroup gives its registers to the consumers), warpgroups 1 and 2
+// consume (consumer.cuh or consumer_roles.cuh, by the head dim's
 // BwdSplit); warp 3 of the producer warpgroup schedules. A persistent grid: each CTA runs tiles (key
 // block, sequence, kv head) until none is left (the hand-out below), so one tile's dK / dV stores overlap
 // the next tile's K / V and first stage loads, and the launch, barrier set-up and register hand-over are
@@ -17,7 +17,6 @@
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/producer.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
-#include "kernels/sm90/ptx/cluster.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
@@ -31,12 +30,10 @@ inline constexpr int kBwdConsumerRegisters = 240;
 
 // The tile hand-out. Each CTA claims its tiles from a global counter (tile_counter), so tiles start in
 // tile_work.cuh's order (longest-first within each head, the heads' Q / dO shared in L2) and the CTAs stay
-// balanced however the tiles' lengths vary (causal, window, varlen). Paired CTAs, which must agree on
-// their pair, stride by the grid instead (the grid is a whole number of clusters and n_blocks_max is even,
-// so rank = blockIdx.x % 2 keeps its key block's parity). A scheduler thread (warp kBwdSchedulerWarp)
-// claims and resolves the CTA's tile number i into slot i % 2 once the readers are done with tile i - 2
-// and (kBwdLateClaim, the default) the loader has issued tile i - 1's loads, so the next tile's K / V
-// loads overlap the current tile's last steps; it then arrives on tile_published. Every other role
+// balanced however the tiles' lengths vary (causal, window, varlen). A scheduler thread (warp
+// kBwdSchedulerWarp) claims and resolves the CTA's tile number i into slot i % 2 once the readers are done
+// with tile i - 2 and the loader has issued tile i - 1's loads (the late claim, bwd_tile_handout.hpp), so
+// the next tile's K / V loads overlap the current tile's last steps; it then arrives on tile_published. Every other role
 // reads the slot and arrives on tile_free when done with it. The slots are in shared memory: a copy in
 // registers would take the consumers' scarce ones, and resolving in the loader's or the consumers' own
 // threads spilled.
@@ -47,7 +44,7 @@ struct BwdTileSlots {
 
 // Threads that arrive on tile_free: the loader thread, the consumers and the dQ writers.
 constexpr int bwd_tile_readers(const BwdTileConfig& cfg) {
-  return 1 + kBwdConsumerThreads + (cfg.split == BwdSplit::kKeys ? 32 * bwd_dq_writer_warps(cfg.cluster_ctas) : 0);
+  return 1 + kBwdConsumerThreads + (cfg.split == BwdSplit::kKeys ? 32 * kBwdDqWriterWarps : 0);
 }
 
 extern __shared__ char bwd_dynamic_smem[];
@@ -63,32 +60,24 @@ __device__ __forceinline__ BwdBarriers<bwd_tile_config(kHeadDim).stages>* fresh_
                                                                            bwd_tile_config(kHeadDim).barrier_offset());
 }
 
-// The CTA's tile number `number` (`previous` its tile number - 1). Every tile is claimed from the
-// counter, the first too: claims then go to running CTAs in index order, so in deterministic mode a tile's
-// predecessors in the dQ turns are always claimed, hence running or done, even when other work holds some
-// SMs and part of the grid has not started. Paired CTAs stride by the grid from blockIdx.x.
-template <int kHeadDim>
-__device__ __forceinline__ int claim_tile(const BwdKernelParams& p, int number, int previous) {
-  if constexpr (bwd_tile_config(kHeadDim).cluster_ctas > 1) return number == 0 ? int(blockIdx.x) : previous + gridDim.x;
-  else return atomicAdd(p.tile_counter, 1);
-}
+// The CTA's next tile. Every tile is claimed from the counter, the first too: claims then go to running
+// CTAs in index order, so in deterministic mode a tile's predecessors in the dQ turns are always claimed,
+// hence running or done, even when other work holds some SMs and part of the grid has not started.
+__device__ __forceinline__ int claim_tile(const BwdKernelParams& p) { return atomicAdd(p.tile_counter, 1); }
 
 // The scheduler thread. The K / V barriers complete a phase per tile with steps (the others load no K / V),
 // so it counts those tiles for the phase the loader and the consumers wait on.
 template <int kHeadDim, bool kPersistent>
 __device__ void schedule_bwd_tiles(const BwdKernelParams& p, BwdTileSlots* slots,
                                    BwdBarriers<bwd_tile_config(kHeadDim).stages>* bars) {
-  int tile = 0;
   int kv_loads = 0;
   for (int number = 0;; ++number) {
     const int slot = BwdTileHandout::slot(number);
-    // Claimed only once the slot is free (the readers have started the previous tile) and, with the late
-    // claim, the previous tile's loads are issued.
+    // Claimed only once the slot is free (the readers have started the tile before the previous one) and
+    // the previous tile's loads are issued (the late claim).
     if (BwdTileHandout::reuses_slot(number)) mbarrier_wait(&bars->tile_free[slot], BwdTileHandout::free_parity(number));
-    if constexpr (kBwdLateClaim) {
-      if (number > 0) mbarrier_wait(&bars->tile_loaded, BwdTileHandout::loaded_parity(number - 1));
-    }
-    tile = claim_tile<kHeadDim>(p, number, tile);
+    if (number > 0) mbarrier_wait(&bars->tile_loaded, BwdTileHandout::loaded_parity(number - 1));
+    const int tile = claim_tile(p);
     const bool valid = tile < p.num_tiles;
     slots->valid[slot] = valid;
     if (valid) {
@@ -129,7 +118,6 @@ template <class Element, int kHeadDim, bool kSoftcap>
 __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
-  constexpr bool kPaired = kCfg.cluster_ctas == 2;
   constexpr bool kPersistent = bwd_persistent_kernel(kHeadDim, kSoftcap);
   static_assert(kCfg.consumer_warpgroups == 2, "both consumers are written for two warpgroups");
   constexpr int kRegistersAtLaunch = (65536 / kCfg.threads()) / 8 * 8;
@@ -154,10 +142,8 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     mbarrier_init(&bars->kv_empty, kBwdConsumerThreads);
     for (int stage = 0; stage < kCfg.stages; ++stage) {
       mbarrier_init(&bars->stage_full[stage], 1);
-      mbarrier_init(&bars->stage_empty[stage], kBwdStageReleaseArrivals * kCfg.cluster_ctas);
+      mbarrier_init(&bars->stage_empty[stage], kBwdStageReleaseArrivals);
     }
-    mbarrier_init(&bars->partner_dq_full, 1);
-    mbarrier_init(&bars->partner_dq_taken, 1);
     for (int slot = 0; slot < BwdTileHandout::kSlots; ++slot) {
       mbarrier_init(&bars->tile_published[slot], 1);
       mbarrier_init(&bars->tile_free[slot], bwd_tile_readers(kCfg));
@@ -165,15 +151,13 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     mbarrier_init(&bars->tile_loaded, 1);
     mbarrier_init_fence();
   }
-  // Paired, the partner's barriers must be initialized before this CTA's multicasts and arrivals reach them.
-  if constexpr (kPaired) cluster_sync_all();
-  else __syncthreads();
+  __syncthreads();
 
   // At block_m = 64 read from lane 0, so that the compiler knows it is the same in every lane of a warp:
   // what the consumers derive from it (the wgmma descriptors above all) then stays in uniform registers.
   // Computed per lane, every descriptor of a K or V operand was rebuilt in vector registers and moved over
   // (R2UR) before each wgmma there, eight instructions between consecutive issues. At block_m = 128 (D =
-  // 64) the descriptors are built before the issues either way, and the uniform index spilled 12 bytes.
+  // 64) the descriptors are built before the issues either way, and the uniform index spilled.
   const int thread_warpgroup = int(threadIdx.x / kWarpgroupThreads);
   const int warpgroup = kCfg.block_m == 64 ? __shfl_sync(0xffffffffu, thread_warpgroup, 0) : thread_warpgroup;
   if (warpgroup == 0) {
@@ -182,18 +166,16 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
     if (warp == kBwdLoaderWarp) {
       if (threadIdx.x % 32 == 0) {
         BwdProducer<kHeadDim> producer{smem, bars};
-        // A late claim waits for the loader to have issued the tile's loads.
-        const auto loaded = [&] {
-          if constexpr (kBwdLateClaim) mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_loaded);
-        };
+        // The late claim waits for the loader to have issued the tile's loads.
+        const auto loaded = [&] { mbarrier_arrive(&fresh_barriers<kHeadDim>()->tile_loaded); };
         for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { producer.run(params, work); },
                                                  loaded);
       }
     } else if (warp == kBwdSchedulerWarp) {
       if (threadIdx.x % 32 == 0) schedule_bwd_tiles<kHeadDim, kPersistent>(params, slots, bars);
-    } else if (warp >= kBwdDqWriterWarp && warp < kBwdDqWriterWarp + bwd_dq_writer_warps(kCfg.cluster_ctas)) {
+    } else if (warp >= kBwdDqWriterWarp && warp < kBwdDqWriterWarp + kBwdDqWriterWarps) {
       if constexpr (kCfg.split == BwdSplit::kKeys) {
-        BwdDqWriter<kHeadDim> writer{smem, bars, warp - kBwdDqWriterWarp};
+        BwdDqWriter<kHeadDim> writer{smem, warp - kBwdDqWriterWarp};
         writer.start();
         for_each_bwd_tile<kHeadDim, kPersistent>(slots, [&](const BwdTileWork& work) { writer.run(params, work); },
                                                  [] {});
@@ -212,9 +194,6 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
           slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
     }
   }
-  // Paired, no CTA leaves while its partner may still multicast into it, arrive on its barriers or copy
-  // into its partner buffer.
-  if constexpr (kPaired) cluster_sync_all();
 }
 
 }  // namespace flash4::sm90

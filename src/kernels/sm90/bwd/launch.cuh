@@ -22,31 +22,13 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
   auto* kernel = params.has_softcap ? &bwd_kernel<Element, kHeadDim, true> : &bwd_kernel<Element, kHeadDim, false>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes());
   if (status != cudaSuccess) return status;
-  // Paired CTAs: clusters of two consecutive CTAs (the planner makes num_ctas a whole number of pairs).
-  // num_ctas is the persistent grid (bwd_grid_ctas).
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(kCfg.cluster_ctas);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+  // num_ctas is the persistent grid (bwd_grid_ctas), or one CTA per tile for a kernel that is not
+  // persistent.
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(num_ctas));
   config.blockDim = dim3(unsigned(kCfg.threads()));
   config.dynamicSmemBytes = size_t(kCfg.smem_bytes());
   config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = kCfg.cluster_ctas > 1 ? 1 : 0;
-  if (kCfg.cluster_ctas > 1 && num_ctas < params.num_tiles) {
-    // A persistent paired grid: not every SM may take part in a cluster (a GPC with an odd count), so it
-    // is no larger than the clusters resident at once, and no CTA waits for another's SM (deterministic
-    // mode relies on it). Persistent CTAs walk their tiles in strides of the grid, so any grid size covers
-    // them all; a grid of one CTA per tile (a kernel that runs one tile each) is left as it is.
-    int clusters = 0;
-    status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-    if (status != cudaSuccess) return status;
-    const int resident = clusters * kCfg.cluster_ctas;
-    if (resident > 0 && resident < num_ctas) config.gridDim = dim3(unsigned(resident));
-  }
   status = cudaLaunchKernelEx(&config, kernel, params);
   if (status != cudaSuccess) return status;
 

@@ -2,9 +2,7 @@
 // soon as the consumers are done with the previous tile's), then streams (Q, dO, LSE in log2 units, D)
 // for every query block step through the stage ring, which runs on from tile to tile, so the next tile's
 // first stages load while the consumers still write the previous tile's dK / dV: the 2-D tiles with TMA,
-// the two 64-float row vectors with plain bulk copies from the workspace. Paired CTAs share every stage:
-// rank 0 loads Q and LSE, rank 1 dO and D, each multicast into both CTAs, so each tile leaves L2 once per
-// pair.
+// the two 64-float row vectors with plain bulk copies from the workspace.
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"
@@ -23,24 +21,18 @@ struct BwdProducer {
   // For offsets with a run-time argument (a static constexpr object has no device-side storage).
   __device__ __forceinline__ static constexpr BwdTileConfig cfg() { return bwd_tile_config(kHeadDim); }
 
-  static constexpr bool kPaired = kCfg.cluster_ctas == 2;
-  static constexpr uint16_t kPairMask = 0b11;
-
-  // One tile, box by box (64-column boxes stacked in shared memory); multicast to the pair if `shared`.
+  // One tile, box by box (64-column boxes stacked in shared memory).
   __device__ __forceinline__ static void load_tile(char* dst, const CUtensorMap* map, uint64_t* barrier, int rows,
-                                                   int row, int head, int batch, bool shared = false) {
+                                                   int row, int head, int batch) {
 #pragma unroll
     for (int box = 0; box < kCfg.col_blocks(); ++box) {
-      char* box_dst = dst + box * rows * kCfg.swizzle_bytes;
-      if (shared) tma_load_4d_multicast(box_dst, map, barrier, box * kCfg.box_cols(), row, head, batch, kPairMask);
-      else tma_load_4d(box_dst, map, barrier, box * kCfg.box_cols(), row, head, batch);
+      tma_load_4d(dst + box * rows * kCfg.swizzle_bytes, map, barrier, box * kCfg.box_cols(), row, head, batch);
     }
   }
 
-  // A row vector (LSE or D) of the stage; multicast to the pair if `shared`.
-  __device__ __forceinline__ static void load_row_stats(char* dst, const float* src, uint64_t* barrier, bool shared) {
-    if (shared) bulk_load_multicast(dst, src, kCfg.row_stat_bytes(), barrier, kPairMask);
-    else bulk_load(dst, src, kCfg.row_stat_bytes(), barrier);
+  // A row vector (LSE or D) of the stage.
+  __device__ __forceinline__ static void load_row_stats(char* dst, const float* src, uint64_t* barrier) {
+    bulk_load(dst, src, kCfg.row_stat_bytes(), barrier);
   }
 
   char* smem;
@@ -63,22 +55,12 @@ struct BwdProducer {
         const int m0 = m_block * kCfg.block_m;
         mbarrier_wait(&bars->stage_empty[ring.stage], ring.phase ^ 1);
         uint64_t* full = &bars->stage_full[ring.stage];
-        // Paired, the whole stage still lands here (half of it from the partner); the stage is free in
-        // both CTAs once stage_empty completes, since every consumer thread (or warp, with
-        // FLASH4_BWD_RELEASE_PER_THREAD=OFF) of the pair arrives on both.
         mbarrier_arrive_expect_bytes(full, kCfg.stage_bytes());
-        const bool loads_q = !kPaired || work.pair_rank == 0;
-        const bool loads_do = !kPaired || work.pair_rank == 1;
         const int row = work.q_row_base + m0;
-        if (loads_q) {
-          load_tile(smem + cfg().q_offset(ring.stage), &p.tma_q, full, kCfg.block_m, row, head, work.tma_batch, kPaired);
-          load_row_stats(smem + cfg().lse_offset(ring.stage), p.lse_log2 + stats_row0 + m0, full, kPaired);
-        }
-        if (loads_do) {
-          load_tile(smem + cfg().do_offset(ring.stage), &p.tma_do, full, kCfg.block_m, row, head, work.tma_batch,
-                    kPaired);
-          load_row_stats(smem + cfg().dsum_offset(ring.stage), p.dsum + stats_row0 + m0, full, kPaired);
-        }
+        load_tile(smem + cfg().q_offset(ring.stage), &p.tma_q, full, kCfg.block_m, row, head, work.tma_batch);
+        load_row_stats(smem + cfg().lse_offset(ring.stage), p.lse_log2 + stats_row0 + m0, full);
+        load_tile(smem + cfg().do_offset(ring.stage), &p.tma_do, full, kCfg.block_m, row, head, work.tma_batch);
+        load_row_stats(smem + cfg().dsum_offset(ring.stage), p.dsum + stats_row0 + m0, full);
         ring.advance();
       }
     }

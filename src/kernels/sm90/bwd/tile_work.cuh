@@ -4,22 +4,20 @@
 //
 // Order: the key block is the fast coordinate (linear = (sequence * heads_kv + kv head) * n_blocks_max +
 // n_block), so the tiles running at once share one or a few (sequence, head)s and their Q / dO tiles and dQ
-// accumulator rows stay in L2. (Key block slow spread the running CTAs over every head: at D = 64, 4K
-// tokens that working set was 128 MB, L2 hit 30%, and the consumers waited on the dQ reduce-adds.)
+// accumulator rows stay in L2. (Key block slow spread the running CTAs over every head: their working set
+// outgrew L2, and the consumers waited on the dQ reduce-adds.)
 // Within a head key block 0 starts first: under bottom-right causal masking it sees the most query rows,
 // so the order is longest-first within each head; and in deterministic mode every CTA's predecessors in
 // the dQ reduce-add order (the lower key blocks of the same head) have lower indices. Running CTAs claim
 // every tile from a counter, in increasing order, and each CTA runs its claims in order, so the lowest
 // unfinished tile is always running and waits on none: the turns cannot deadlock, whether or not every
-// CTA of the grid is resident. (Paired CTAs stride by the grid from blockIdx.x instead and rely on all
-// clusters of a persistent grid being resident, and on launch order with one CTA per tile.)
+// CTA of the grid is resident.
 //
 // Every role walks the CTA's query blocks from the last to the first. Causal (and windowed) key blocks
 // of one head then reach a query block at the same step, since their ranges share the end: the CTAs of
 // a head running at once work on the same Q / dO tiles, and in deterministic mode a key block's
 // predecessor has reached the block when it does. (Walking up, key block n starts at query block 2n,
-// which key block 0 reaches only after 2n steps: at D = 128, 16K causal the deterministic mode ran at
-// half the speed.)
+// which key block 0 reaches only after 2n steps, and the deterministic mode waited for it.)
 #pragma once
 
 #include "kernels/common/bwd_params.hpp"
@@ -36,22 +34,18 @@ struct BwdTileWork {
   int group_size;
   int n_block;
   int n0;            // first key of the block within its sequence
-  int pair_rank;     // paired CTAs: the CTA's rank in its cluster (n_block % 2); 0 unpaired
-  int pair_n0;       // first key of the pair (unpaired: n0)
   int q_row_base;    // TMA seq coordinate of the sequence's row 0 (nonzero in varlen mode)
   int k_row_base;
   int tma_batch;     // 0 in varlen mode
   int seqlen_q;
   int seqlen_k;
   long long workspace_row0;  // the sequence's first row in the per-head workspace arrays
-  // The query blocks the CTA steps through: those that see any of its keys, or paired, any of the
-  // pair's (both CTAs walk the same blocks, since they share each stage); the mask covers every block
-  // outside the CTA's own unmasked ones, so the blocks only the partner sees contribute zeros.
+  // The query blocks the CTA steps through: those that see any of its keys; the mask covers every block
+  // outside the unmasked ones.
   QueryBlockRange queries;
 
-  // False: no key of the CTA (paired: of the pair) lies inside the sequence, so there is nothing to write.
-  // The same for both CTAs of a pair, which must run or exit together.
-  __device__ __forceinline__ bool has_keys() const { return pair_n0 < seqlen_k; }
+  // False: no key of the CTA lies inside the sequence, so there is nothing to write.
+  __device__ __forceinline__ bool has_keys() const { return n0 < seqlen_k; }
   // Query-block steps of the tile: every query block of every head of the group.
   __device__ __forceinline__ int num_steps() const { return queries.count() * group_size; }
 };
@@ -60,7 +54,6 @@ template <int kHeadDim>
 __device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int linear, BwdTileWork& work) {
   constexpr int kBlockM = bwd_tile_config(kHeadDim).block_m;
   constexpr int kBlockN = bwd_tile_config(kHeadDim).block_n;
-  constexpr int kCluster = bwd_tile_config(kHeadDim).cluster_ctas;
   const int bh = linear / p.n_blocks_max;
   work.n_block = linear - bh * p.n_blocks_max;
   work.batch = bh / p.heads_kv;
@@ -68,8 +61,6 @@ __device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int l
   work.group_size = p.heads_q / p.heads_kv;
   work.first_head_q = work.head_kv * work.group_size;
   work.n0 = work.n_block * kBlockN;
-  work.pair_rank = work.n_block % kCluster;
-  work.pair_n0 = work.n0 - work.pair_rank * kBlockN;
   const SequenceRows rows = sequence_rows(work.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
   work.q_row_base = rows.q_row_base;
   work.k_row_base = rows.k_row_base;
@@ -78,17 +69,13 @@ __device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int l
   work.tma_batch = rows.tma_batch;
   work.workspace_row0 = p.workspace_rows().first_row(work.batch, p.cu_seqlens_q);
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-  const QueryBlockRange own = query_block_range(mask, work.n0, kBlockN, kBlockM);
-  // The pair's keys are one contiguous range, so the union of its two blocks' query ranges is one range.
-  const QueryBlockRange pair = query_block_range(mask, work.pair_n0, kCluster * kBlockN, kBlockM);
-  work.queries = QueryBlockRange{pair.begin, pair.end, own.unmasked_begin, own.unmasked_end};
+  work.queries = query_block_range(mask, work.n0, kBlockN, kBlockM);
 }
 
 // Where a CTA's dQ partial of (query head `head`, query block `m_block`) goes: its copy of the
 // accumulator (bwd_dq_order; 0 unless deterministic) and, in deterministic mode, the semaphore that counts
-// the key blocks (paired: the pairs) of that copy whose adds into the block are done, and this CTA's turn
-// among them. A null semaphore outside deterministic mode and for a pair's rank 1, whose partial rank 0
-// adds.
+// the key blocks of that copy whose adds into the block are done, and this CTA's turn among them. A null
+// semaphore outside deterministic mode.
 struct DqTarget {
   int copy;
   int* semaphore;
@@ -100,8 +87,7 @@ __device__ __forceinline__ DqTarget dq_target(const BwdKernelParams& p, const Bw
   if (!p.deterministic) return DqTarget{0, nullptr, 0};
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
   const int first_block = key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).begin;
-  const BwdDqOrder order = bwd_dq_order(work.n_block, first_block, kCfg.cluster_ctas, p.dq_copies);
-  if (work.pair_rank != 0) return DqTarget{order.copy, nullptr, 0};
+  const BwdDqOrder order = bwd_dq_order(work.n_block, first_block, p.dq_copies);
   const int64_t head_row = int64_t(order.copy) * p.heads_q + head;
   return DqTarget{order.copy, p.dq_semaphores + (head_row * p.batch + work.batch) * p.m_blocks_max + m_block, order.turn};
 }

@@ -19,13 +19,6 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* global, uint32
                : "memory");
 }
 
-// As bulk_load, into the same offset (and completing on `barrier`'s offset) in every CTA of the cluster
-// named in `cta_mask`.
-__device__ __forceinline__ void bulk_load_multicast(void* smem, const void* global, uint32_t bytes, uint64_t* barrier,
-                                                    uint16_t cta_mask) {
-  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, global, bytes, barrier, cta_mask);
-}
-
 // Bulk groups: the bulk reduce-adds and tensor stores (tma.cuh) a thread issued since its last commit
 // form one group, which it can wait for.
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }

@@ -19,15 +19,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, map, coords, barrier);
 }
 
-// As tma_load_4d, but the box lands at the same offset in every CTA of the cluster named in `cta_mask`
-// (bit r: rank r), and completes on the mbarrier at `barrier`'s offset in each of them.
-__device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensorMap* map, uint64_t* barrier, int c0,
-                                                      int c1, int c2, int c3, uint16_t cta_mask) {
-  const int32_t coords[4] = {c0, c1, c2, c3};
-  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, map, coords, barrier,
-                                  cta_mask);
-}
-
 // Stores `smem` into the box at coordinates (c0 innermost .. c3) of `map`; elements outside the map's
 // extents are skipped, so a tile that overhangs the end of the sequence writes only its valid rows.
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2, int c3) {
