@@ -156,7 +156,8 @@ class Packer:
         layout += "x" * (ctypes.sizeof(struct_type) - end)
         self._struct = struct.Struct(layout)
         if self._struct.size != ctypes.sizeof(struct_type):
-            raise AssertionError(f"{struct_type.__name__}: packed size {self._struct.size} != {ctypes.sizeof(struct_type)}")
+            raise AssertionError(f"{struct_type.__name__}: packed {self._struct.size} bytes, the C struct has "
+                                 f"{ctypes.sizeof(struct_type)}")
 
     def pack(self, *values):
         """A new struct_type holding `values`, one per name in `names`, in that order."""

@@ -63,6 +63,8 @@ class _Attention(torch.autograd.Function):
         # dout is never None: autograd runs this node only for a gradient of out, lse being non-differentiable.
         *inputs, out, lse = ctx.saved_tensors
         call = ctx.call
+        if call.split is unpacked:
+            return (None, *_launch.backward(dout, *inputs, out, lse, call.options, call.varlen))
         # A packed input's gradient is one packed tensor, written in place through the split.
         grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
         q, k, v = call.split(*inputs)

@@ -150,9 +150,10 @@ def test_the_real_library_validates_the_filled_struct(real_library):
     q = torch.zeros(2, 100, 8, 128, dtype=torch.bfloat16)
     k = torch.zeros(2, 70, 2, 128, dtype=torch.bfloat16)
     lse = torch.zeros(2, 8, 100)
-    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(_launch.fwd_params(q, k, k, q, lse, OPTIONS))))
-    varlen = _launch.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32), torch.tensor([0, 40, 140], dtype=torch.int32),
-                        140, 100)
+    params = _launch.fwd_params(q, k, k, q, lse, OPTIONS)
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+    varlen = _launch.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32),
+                            torch.tensor([0, 40, 140], dtype=torch.int32), 140, 100)
     params = _launch.bwd_params(q[0], q[0], k[0], k[0], q[0], lse[0], q[0], k[0], k[0], OPTIONS, varlen)
     _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
 

@@ -125,8 +125,9 @@ def _cu():
 CALL_FORMS = {
     "flash_attn_func": (lambda: flash4.flash_attn_func(*fake_inputs((2, 48, 8, 128), (2, 40, 2, 128), (2, 40, 2, 128)),
                                                        causal=True, return_lse=True), (2, 48, 8, 128), (2, 8, 48)),
-    "flash_attn_qkvpacked_func": (lambda: flash4.flash_attn_qkvpacked_func(*fake_inputs((2, 48, 3, 8, 128)),
-                                                                           return_lse=True), (2, 48, 8, 128), (2, 8, 48)),
+    "flash_attn_qkvpacked_func": (
+        lambda: flash4.flash_attn_qkvpacked_func(*fake_inputs((2, 48, 3, 8, 128)), return_lse=True),
+        (2, 48, 8, 128), (2, 8, 48)),
     "flash_attn_qkvpacked_func(num_heads_q)": (
         lambda: flash4.flash_attn_qkvpacked_func(*fake_inputs((2, 48, 12, 128)), num_heads_q=8, return_lse=True),
         (2, 48, 8, 128), (2, 8, 48)),
