@@ -6,9 +6,9 @@ again before any launch) and need a CUDA device only for the launch itself: the 
 workspace protocol and the error path run against a stub library on the CPU (tests/python/test_launch.py).
 
 Every tensor whose address goes into the params struct is held by a local variable of the function that
-calls the library, until that call has returned: a temporary (a packed copy made here) freed earlier would
-go back to torch's caching allocator, and the workspace allocated next could be carved from it while the
-kernel still has to read it.
+calls the library, until that call has returned: a temporary (a packed copy made here) freed earlier goes
+back to torch's caching allocator, and the workspace allocated next, or any tensor another thread allocates
+on the same stream meanwhile, can be carved from it before the kernels have read it.
 """
 
 import ctypes

@@ -246,22 +246,29 @@ def test_no_host_synchronization(needs_backward):
 BACKWARD_REPEATS = 200
 
 
-def test_backward_with_a_sliced_lse_is_exact_every_time(needs_backward):
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim", [
+    (1, 64, 128, 2, 1, 64),  # a workspace under 1 MiB: the allocator's small pool, where the lse copy lives
+    (2, 128, 256, 8, 2, 128),  # the ring's second-half step at W = 3, D = 128 (the workspace in the large pool)
+])
+def test_backward_with_a_sliced_lse_is_exact_every_time(needs_backward, batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+                                                        head_dim):
     # The ring's second-half query rows pass lse[..., half:], which the backward copies to a packed tensor. That
     # copy must live until the kernels have read it: freed earlier, its memory went back to the caching
-    # allocator and the workspace allocated next could be carved from it (the ring's dq error of 0.159).
-    q = randn(2, 128, 8, 128)
-    k, v = randn(2, 256, 2, 128), randn(2, 256, 2, 128)
-    options = (128**-0.5, False, -1, -1, 0.0, True)  # deterministic: equal bits expected
-    out, lse = torch.ops.flash4.fwd(q, k, v, *options)
-    wide = torch.full((2, 8, 256), float("nan"), device="cuda")
-    wide[..., 128:] = lse
-    sliced = wide[..., 128:]
+    # allocator, where the workspace allocated next (or, in the simulated ring, another rank's tensor on the
+    # same stream) could take it before the kernels ran (the ring's dq error of 0.159).
+    q = randn(batch, seqlen_q, heads_q, head_dim)
+    k, v = randn(batch, seqlen_k, heads_kv, head_dim), randn(batch, seqlen_k, heads_kv, head_dim)
+    options = (head_dim**-0.5, False, -1, -1, 0.0, True)  # deterministic: equal bits expected
+    out, lse = run(torch.ops.flash4.fwd, q, k, v, *options)
+    wide = torch.full((batch, heads_q, 2 * seqlen_q), float("nan"), device="cuda")
+    wide[..., seqlen_q:] = lse
+    sliced = wide[..., seqlen_q:]
     assert not sliced.is_contiguous()
     dout = torch.randn_like(out)
     expected = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *options)
     for repeat in range(BACKWARD_REPEATS):
-        poison_free_memory()
+        if repeat % 2:
+            poison_free_memory()
         got = torch.ops.flash4.bwd(dout, q, k, v, out, sliced, *options)
         for name, a, b in zip(("dq", "dk", "dv"), got, expected):
             assert torch.equal(a, b), f"{name} differs at repeat {repeat}"

@@ -256,10 +256,12 @@ def test_simulated_ring_matches_single_flash4_and_reference(needs_backward, worl
 
 
 # The case that once failed on the H200 (dq error 0.159 against a budget of 0.0223; single-call flash4 at
-# 0.0107), repeated over many inputs. Its cause was not the ring's arithmetic (tests/python/test_distributed_cpu.py
-# holds it to fp64 exactness) but the op layer: the backward handed the library a contiguous copy of a
-# sliced lse (the ring's second-half query rows) and let go of it before the launch, so the workspace could be
-# carved from that memory (tests/python/test_launch.py checks the lifetimes on the CPU).
+# 0.0107), repeated over many inputs. The ring's arithmetic holds to fp64 exactness on the CPU over as many
+# seeds; the cause found was in the op layer: the backward handed the library a contiguous copy of a sliced lse
+# (the ring's second-half query rows) and let go of it before the launch, so its memory could go to another
+# allocation on the same stream before the kernels read it (here: another simulated rank's, every rank sharing
+# the default stream and the caching allocator; for small problems also the workspace). test_launch.py checks
+# the lifetimes on the CPU; test_gpu_call_forms.py repeats a sliced-lse backward.
 RING_SEEDS = 200
 
 
