@@ -27,6 +27,7 @@ INT32_MAX = 2**31 - 1
 # softmax_scale * log2(e), softcap * log2(e) and softmax_scale / softcap in float32. A value there that
 # is 0, subnormal (flushed to 0 on the GPU) or infinite would silently change the attention.
 FLOAT32_MIN_NORMAL = 2.0**-126
+FLOAT32_MAX = (2 - 2.0**-23) * 2.0**127
 LOG2_E = 1.0 / math.log(2.0)
 
 
@@ -118,9 +119,9 @@ def _check_placement(name, t, q, need_cuda):
 
 def _check_sizes(name, shape, varlen):
     """Sequence lengths (and varlen totals) may be 0, an empty problem; batch and heads may not."""
-    lengths = (0,) if varlen else (1,)
+    rows_axis = 0 if varlen else 1
     for axis, size in enumerate(shape[:-1]):
-        low = 0 if axis in lengths else 1
+        low = 0 if axis == rows_axis else 1
         if not low <= size <= INT32_MAX:
             raise ValueError(
                 f"{name} has shape {tuple(shape)}; its {_axis_name(axis, varlen)} must be in [{low}, 2**31 - 1]"
@@ -161,9 +162,8 @@ def check_cu_seqlens_values(name, offsets, rows_name, rows, max_name, max_seqlen
 
 def check_int(name, value, low, high=INT32_MAX):
     # bool is an int subclass but never a meaningful size or window.
-    if type(value) is not int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
 
@@ -174,13 +174,13 @@ def check_flag(name, value):
         raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
 
 
-def _float32(name, value, what):
-    """float32(value), which must be a normal finite number (value > 0 here)."""
+def _check_float32(name, value, what):
+    """`what` (= value > 0, computed from argument `name`) must stay a normal finite number in float32."""
     single = ctypes.c_float(value).value
-    if not FLOAT32_MIN_NORMAL <= single < math.inf:
+    if not FLOAT32_MIN_NORMAL <= single <= FLOAT32_MAX:
         raise ValueError(
             f"{name} = {value!r} gives {what} = {single!r} in float32, the precision the kernels use; it must be "
-            f"a normal float32 number in [{FLOAT32_MIN_NORMAL:.4g}, {3.4028234663852886e38:.4g}]"
+            f"a normal float32 number in [{FLOAT32_MIN_NORMAL:.4g}, {FLOAT32_MAX:.4g}]"
         )
 
 
@@ -196,12 +196,12 @@ def check_scales(softmax_scale, softcap):
     """softmax_scale > 0 and softcap >= 0, each representable, and so the float32 values the kernels derive."""
     _check_positive_real("softmax_scale", softmax_scale, allow_zero=False)
     _check_positive_real("softcap", softcap, allow_zero=True)
-    _float32("softmax_scale", softmax_scale, "softmax_scale")
-    _float32("softmax_scale", softmax_scale * LOG2_E, "softmax_scale * log2(e)")
+    _check_float32("softmax_scale", softmax_scale, "softmax_scale")
+    _check_float32("softmax_scale", softmax_scale * LOG2_E, "softmax_scale * log2(e)")
     if softcap:
-        _float32("softcap", softcap, "softcap")
-        _float32("softcap", softcap * LOG2_E, "softcap * log2(e)")
-        _float32("softcap", softmax_scale / softcap, "softmax_scale / softcap")
+        _check_float32("softcap", softcap, "softcap")
+        _check_float32("softcap", softcap * LOG2_E, "softcap * log2(e)")
+        _check_float32("softcap", softmax_scale / softcap, "softmax_scale / softcap")
 
 
 def window_edges(window_size, causal):
@@ -217,14 +217,10 @@ def window_edges(window_size, causal):
     return left, 0 if causal else right
 
 
-def reject_unsupported(arguments):
-    """NotImplementedError for the first (name, value, neutral) whose value is none of the `neutral` ones: a
-    FlashAttention argument flash4 cannot honour. A flag (neutral False) that is not a bool is a TypeError."""
-    for name, value, neutral in arguments:
-        if any(value is n or (type(value) is type(n) and value == n) for n in neutral):
-            continue
-        if type(neutral[0]) is bool:
-            check_flag(name, value)
+def reject_unsupported(name, value, neutral):
+    """NotImplementedError unless `value` is one of the `neutral` values (same type and value): a
+    FlashAttention argument flash4 cannot honour."""
+    if not any(value is n or (type(value) is type(n) and value == n) for n in neutral):
         accepted = " or ".join(repr(n) for n in neutral)
         raise NotImplementedError(f"{name}={value!r} is not supported by flash4 (only {accepted})")
 

@@ -23,6 +23,7 @@ from ._loader import load_library
 
 # TMA reads a tensor in place when its base address and every stride but the last are 16-byte multiples.
 _TMA_ALIGN_BYTES = 16
+_ELEMENT_BYTES = 2  # bf16 and fp16, the only dtypes (_dtype_code refuses others before any launch)
 _FWD_SIZE = ctypes.sizeof(_abi.FwdParams)
 _BWD_SIZE = ctypes.sizeof(_abi.BwdParams)
 _NO_VARLEN = (0, 0, 0, 0, 0, 0)  # cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k
@@ -54,16 +55,17 @@ def tma_ready(t):
     Legal torch views can break TMA's alignment (a column slice of a wider buffer, the stride-0 expand that
     autograd hands the backward for out.sum()); copying those is better than refusing them.
     clone(contiguous_format) rather than contiguous(): the latter keeps odd strides on size-1 dimensions.
-    Elements are 2 bytes (bf16, fp16: checked before), so a 16-byte stride is a multiple of 8 elements.
     """
     strides = t.stride()
     if len(strides) == 4:
         batch, seq, head, last = strides
-    else:
+        abi_strides = (batch, seq, head)
+    else:  # varlen rows: no batch axis (the ABI ignores its batch stride)
         seq, head, last = strides
-        batch = seq  # varlen rows: no batch stride (the ABI's is ignored); this one only keeps the test short
-    if last == 1 and batch > 0 and seq > 0 and head > 0 and not (t.data_ptr() | (batch | seq | head) << 1) & 15:
-        return t, (strides[0], seq, head) if len(strides) == 4 else (0, seq, head)
+        batch, abi_strides = seq, (0, seq, head)
+    addresses = t.data_ptr() | (batch | seq | head) * _ELEMENT_BYTES  # a multiple of 16 iff each one is
+    if last == 1 and batch > 0 and seq > 0 and head > 0 and not addresses % _TMA_ALIGN_BYTES:
+        return t, abi_strides
     t = t.clone(memory_format=torch.contiguous_format)
     return t, _strides(t)
 
@@ -81,7 +83,7 @@ def lse_shape(q):
 
 
 def _problem(q, k, options, varlen):
-    """(the fields from batch to softcap, the varlen fields): the two runs both params structs share."""
+    """The two runs of fields both params structs share: (batch .. softcap, cu_seqlens_q .. total_k)."""
     q_shape, k_shape = q.shape, k.shape
     if varlen is None:
         sizes = (q_shape[0], q_shape[1], k_shape[1])

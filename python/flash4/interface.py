@@ -178,4 +178,4 @@ def _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, extra_kwargs
         for name, value in extra_kwargs.items():
             if name not in neutral:
                 raise TypeError(f"unexpected keyword argument {name!r} (not a FlashAttention-2/3/4 argument)")
-            _checks.reject_unsupported(((name, value, neutral[name]),))
+            _checks.reject_unsupported(name, value, neutral[name])
