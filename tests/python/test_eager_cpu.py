@@ -119,3 +119,24 @@ def test_torch_compile_traces_the_ops():
 
     traced(torch.zeros(2))
     assert seen == [False]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_checks_trace_under_torch_compile_without_graph_breaks(dynamic):
+    # flash_attn_func runs its checks while torch.compile traces it (fullgraph: a graph break is an error). CPU
+    # tensors here, so the CUDA requirement is left out (the GPU tests compile the whole call).
+    from flash4 import _checks, interface
+
+    def checked(q, k, v, cu):
+        interface._reject_unsupported(0.0, None, False, {"pack_gqa": None}, interface._VARLEN_NEUTRAL)
+        _checks.check_qkv(q, k, v, False, need_cuda=False)
+        _checks.check_cu_seqlens("cu_seqlens_q", cu, q, need_cuda=False)
+        options = interface.make_options(q.shape[-1], None, True, (64, 3), 0.0, False)
+        assert (options.window_left, options.window_right) == (64, 0) and not _eager.eager_call(q, k, v)
+        return q * options.softmax_scale
+
+    torch._dynamo.reset()
+    q, k, v = (torch.randn(2, 16, 4, 64, dtype=torch.bfloat16) for _ in "qkv")
+    cu = torch.tensor([0, 16], dtype=torch.int32)
+    out = torch.compile(checked, backend="eager", fullgraph=True, dynamic=dynamic)(q, k, v, cu)
+    assert torch.equal(out, q * 64**-0.5)
