@@ -15,6 +15,10 @@ import torch
 from . import _launch
 
 
+# Types that intercept nothing (a Parameter disables __torch_function__); other subclasses may.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def eager_call(*tensors):
     """Whether a call on `tensors` may bypass the dispatcher: not while torch.compile traces (the graph must
     hold the op), not for tensor subclasses or fake tensors, not under a TorchDispatchMode (they intercept
@@ -22,7 +26,7 @@ def eager_call(*tensors):
     if torch.compiler.is_compiling():
         return False
     for t in tensors:
-        if type(t) is not torch.Tensor:
+        if type(t) not in _PLAIN_TENSORS:
             return False
     return not torch._C._len_torch_dispatch_stack() and not torch._C._are_functorch_transforms_active()
 

@@ -87,15 +87,19 @@ def test_no_graph_without_a_gradient(launches):
     assert out.grad_fn is None and launches == []
 
 
+class Subclass(torch.Tensor):
+    """A tensor subclass: its __torch_function__ may intercept ops, so torch must see the call."""
+
+
 def test_plain_tensors_take_the_eager_path():
     t = torch.zeros(2)
-    assert _eager.eager_call(t, t)
+    assert _eager.eager_call(t, t, torch.nn.Parameter(torch.zeros(2)))
 
 
 def test_fake_tensors_and_subclasses_take_the_ops():
     with FakeTensorMode():
         assert not _eager.eager_call(torch.zeros(2))
-    assert not _eager.eager_call(torch.zeros(2), torch.nn.Parameter(torch.zeros(2)))
+    assert not _eager.eager_call(torch.zeros(2), torch.zeros(2).as_subclass(Subclass))
 
 
 def test_functorch_transforms_take_the_ops():
