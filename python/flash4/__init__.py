@@ -5,7 +5,8 @@
 
 The kernels live in libflash4.so, reached through its C ABI with ctypes (see flash4._loader for where it
 is looked for); importing this package does not open it, so argument checks and fake-tensor shape
-inference work without it. The torch operators are flash4::fwd, flash4::bwd, flash4::varlen_fwd and
+inference work without it. Eager calls go straight to the library (flash4._eager); under torch.compile and
+other tracing they go through the torch operators flash4::fwd, flash4::bwd, flash4::varlen_fwd and
 flash4::varlen_bwd (flash4.ops).
 """
 
@@ -13,6 +14,12 @@ from ._abi import Flash4Error, Flash4NotImplementedError
 from ._loader import Flash4LibraryError, library_version
 from .interface import flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
+from .packed import (
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 
 # The package version; pyproject.toml reads it from here.
 __version__ = "0.1.0"
@@ -22,6 +29,10 @@ __all__ = [
     "Flash4LibraryError",
     "Flash4NotImplementedError",
     "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "library_version",
 ]

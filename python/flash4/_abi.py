@@ -10,6 +10,7 @@ into an exception.
 
 import ctypes
 import enum
+import struct
 
 # The bindings follow the 0.x header; the library must report this major version and at least MIN_VERSION
 # (flash4_version() encodes major * 10000 + minor * 100 + patch). Within a major version the structs stay
@@ -129,6 +130,54 @@ class BwdParams(ctypes.Structure):
         + [("deterministic", ctypes.c_int32)]
         + _VARLEN_AND_WORKSPACE_FIELDS
     )
+
+
+class Packer:
+    """Writes a whole params struct with one struct.pack_into instead of one ctypes attribute set per field.
+
+    The format is derived from the ctypes mirror (field offsets included, so padding is where the C compiler
+    puts it) and its fields come in the mirror's order with nested structs flattened: `names` lists them
+    ("q_strides.batch", ...). A pointer is packed as an unsigned integer (0 for NULL). Filling a fresh struct
+    per call keeps calls from different threads apart; a struct per call costs less than one attribute set.
+    """
+
+    # Standard sizes ("=" below); c_int (the enums) is c_int32 wherever the library builds.
+    _CODES = {ctypes.c_float: "f", ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_size_t: "Q",
+              ctypes.c_void_p: "Q"}
+
+    def __init__(self, struct_type):
+        self.struct_type = struct_type
+        fields = list(_scalar_fields(struct_type, 0, ""))
+        self.names = tuple(name for name, _, _ in fields)
+        layout, end = "=", 0
+        for _, offset, ctype in fields:
+            layout += "x" * (offset - end) + self._CODES[ctype]
+            end = offset + ctypes.sizeof(ctype)
+        layout += "x" * (ctypes.sizeof(struct_type) - end)
+        self._struct = struct.Struct(layout)
+        if self._struct.size != ctypes.sizeof(struct_type):
+            raise AssertionError(f"{struct_type.__name__}: packed {self._struct.size} bytes, the C struct has "
+                                 f"{ctypes.sizeof(struct_type)}")
+
+    def pack(self, *values):
+        """A new struct_type holding `values`, one per name in `names`, in that order."""
+        params = self.struct_type()
+        self._struct.pack_into(params, 0, *values)
+        return params
+
+
+def _scalar_fields(struct_type, base, prefix):
+    """(dotted name, offset, ctype) of every scalar field of `struct_type`, nested structs flattened."""
+    for name, ctype in struct_type._fields_:
+        offset = base + getattr(struct_type, name).offset
+        if issubclass(ctype, ctypes.Structure):
+            yield from _scalar_fields(ctype, offset, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", offset, ctype
+
+
+FWD_PACKER = Packer(FwdParams)
+BWD_PACKER = Packer(BwdParams)
 
 
 # Every exported function: name -> (restype, argtypes). The loader sets these on the CDLL and refuses a

@@ -15,6 +15,8 @@ Writes JSON (a header with date, commit, device and software, then one row per m
 TFLOPS against N per case. Needs a CUDA device, the library and triton (ships with torch on Linux); tqdm
 and matplotlib (`pip install ./python[bench]`) give the progress bar and the plot, and are imported only
 when used: without tqdm the progress is printed line by line, without matplotlib the PNG is skipped.
+--host-overhead measures instead the host time per call at a tiny shape, flash4 against SDPA in the same run
+(flash4.bench_host), and writes its rows and a text table.
 bench/peers.py reuses this module's runners for the C++ benchmark's peer rows.
 """
 
@@ -32,6 +34,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flash4
+from flash4 import bench_host
 
 # Provider names as in the anchors (shared/anchors/*.json).
 PROVIDERS = ("flash4", "sdpa_cudnn", "sdpa_flash(FA2)", "flex_attention")
@@ -57,6 +60,7 @@ def parse_args(argv=None):
     parser.add_argument("--repeat-ms", type=float, default=REPEAT_MS, help="do_bench timed span per measurement")
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="stop measuring after this many seconds; later runs are listed as skipped")
+    bench_host.add_arguments(parser)
     args = parser.parse_args(argv)
     args.causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     return args
@@ -315,6 +319,8 @@ def main(argv=None):
         raise SystemExit("flash4.bench needs a CUDA device")
     out = args.out or Path(f"flash4-bench-{datetime.date.today().isoformat()}.json")
     meta = header(args)  # opens the library first: a missing one stops the run before any timing
+    if args.host_overhead:
+        return host_overhead(args, meta, out)
     total = len(args.modes) * len(args.head_dims) * len(args.causals) * len(args.seqlens) * len(args.providers)
     with progress_bar(total) as progress:
         rows, skipped = run_cases(args, progress)
@@ -324,6 +330,21 @@ def main(argv=None):
     plotted = plot(rows, args, png)
     print(f"wrote {out} ({len(rows)} rows, {len(skipped)} skipped)"
           + (f" and {png}" if plotted else "; no plot: matplotlib is not installed"))
+
+
+def host_overhead(args, meta, out):
+    rows, skipped = bench_host.measure(args)
+    batch, seqlen, heads, head_dim = args.host_shape
+    meta |= {"shape_rule": f"B={batch} N={seqlen} H={heads} D={head_dim} bf16 causal, each provider on its own layout",
+             "timing": f"host_us: median over {args.host_repeats} loops of {args.host_calls} calls of the loop's wall "
+                       f"time per call; gpu_us: the same loop behind a spin kernel, CUDA events",
+             "skipped": skipped}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(bench_host.table(rows))
+    for row in skipped:
+        print(f"skipped {row['mode']} {row['provider']}: {row['reason']}")
+    print(f"wrote {out} ({len(rows)} rows, {len(skipped)} skipped)")
 
 
 if __name__ == "__main__":

@@ -1,100 +1,158 @@
-"""flash_attn_func and flash_attn_varlen_func: FlashAttention's Python signatures over flash4's ops.
+"""flash_attn_func and flash_attn_varlen_func: FlashAttention's Python signatures over flash4's kernels.
 
-Every argument is checked here, in plain Python, before anything is launched: the checks need neither a
-GPU nor the shared library, they run on fake tensors (FakeTensorMode, torch.compile tracing), and each
-message names the argument at fault. The C ABI validates again and its messages come through as
-flash4.Flash4Error.
+The positional order is FlashAttention-2's: (q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+alibi_slopes, deterministic, return_attn_probs). FlashAttention-3's and -4's extra arguments are accepted by
+keyword at their neutral values (they ask nothing of flash4) and raise NotImplementedError naming them
+otherwise, as do dropout_p != 0, alibi_slopes and return_attn_probs=True (flash4 computes no attention
+probabilities; return_lse=True gives (out, lse)). The packed forms are in flash4.packed.
+
+Every argument is checked here, in plain Python, before anything is launched (flash4._checks): the checks
+need neither a GPU nor the shared library and run on fake tensors, and each message names the argument at
+fault. The C ABI validates again and its messages come through as flash4.Flash4Error.
 
 Masking follows FlashAttention: causal is aligned to the bottom right when seqlen_q != seqlen_k, and
 window_size = (left, right) keeps key j for query i iff i + Sk - Sq - left <= j <= i + Sk - Sq + right,
--1 meaning unbounded; causal=True is the window (left, 0).
+-1 (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local causal
+attention). A query row that sees no key (a fully masked row, or a sequence without keys) gets out = 0 and
+lse = -inf, and passes no gradient.
 """
-
-import math
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from . import ops
+from . import _checks, _eager, ops  # noqa: F401  (ops registers torch.ops.flash4.*, which run() calls)
+from ._launch import Options, Varlen
 
-_INT32_MAX = 2**31 - 1
+# FlashAttention-3/-4 keyword arguments and the values at which they ask nothing of flash4.
+_NEUTRAL = {
+    "qv": (None,),  # FA3: an extra query-value product
+    "q_descale": (None,), "k_descale": (None,), "v_descale": (None,),  # FA3: fp8 scales
+    "attention_chunk": (0,),  # FA3: chunked attention
+    "num_splits": (1, 0),  # FA3: split-KV count (1: none, 0: the library's choice)
+    "pack_gqa": (None,),  # FA3: the library's choice of GQA packing
+    "sm_margin": (0,),  # FA3: SMs left free for other work
+    "learnable_sink": (None,),  # FA4: attention sinks
+}
+_VARLEN_NEUTRAL = _NEUTRAL | {"seqused_q": (None,), "seqused_k": (None,)}  # FA3: used rows per sequence
 
 
 def flash_attn_func(
-    q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, deterministic=False,
-    return_lse=False,
+    q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+    deterministic=False, return_attn_probs=False, *, return_lse=False, **flash_attn_3_kwargs,
 ):
     """Exact attention over q (B, Sq, Hq, D) and k, v (B, Sk, Hkv, D).
 
     bf16 or fp16 CUDA tensors, any strides with a contiguous last dimension (views of a packed qkv work),
-    D in {64, 96, 128, 192, 256}, Hq a multiple of Hkv (GQA/MQA). softmax_scale defaults to 1/sqrt(D);
-    softcap > 0 replaces each score s by softcap * tanh(s / softcap); deterministic=True asks the backward
-    for bit-identical gradients across runs. The backward (autograd) exists for every D; a (dtype, D) the
-    library was built without raises Flash4Error with the library's FLASH4_ERROR_NO_KERNEL message.
+    D in {64, 96, 128, 192, 256}, Hq a multiple of Hkv (GQA/MQA), Sq and Sk >= 0 (a sequence without keys
+    gives out = 0, lse = -inf). softmax_scale defaults to 1/sqrt(D); softcap > 0 replaces each score s by
+    softcap * tanh(s / softcap); deterministic=True asks the backward for bit-identical gradients across runs.
+    dropout_p must be 0, alibi_slopes None, return_attn_probs False; FlashAttention-3/-4 keywords (qv,
+    q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin, learnable_sink) only
+    at their neutral values. causal, deterministic and the return flags must be bools.
 
-    Returns out (B, Sq, Hq, D), or (out, lse) with return_lse: lse (B, Hq, Sq) fp32, the natural-log
-    sum of exp of each query row's scores (-inf for a fully masked row, whose out is 0). lse carries no
-    gradient.
+    Returns out (B, Sq, Hq, D), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
+    the natural-log sum of exp of each query row's scores. lse carries no gradient.
     """
-    _check_qkv(q, k, v, rank=4, layout="(batch, seqlen, heads, head_dim)")
-    if k.shape[0] != q.shape[0]:
-        raise ValueError(f"k has batch size {k.shape[0]} but q has {q.shape[0]}")
-    options = _options(q, softmax_scale, causal, window_size, softcap, deterministic)
-    out, lse = torch.ops.flash4.fwd(q, k, v, *options)
-    return (out, lse) if return_lse else out
+    _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _NEUTRAL)
+    _checks.check_qkv(q, k, v, varlen=False)
+    options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
+    return run((q, k, v), _eager.unpacked, options, None, return_lse)
 
 
 def flash_attn_varlen_func(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None, causal=False,
-    window_size=(-1, -1), softcap=0.0, deterministic=False, return_lse=False,
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False,
+    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+    block_table=None, *, return_lse=False, **flash_attn_3_kwargs,
 ):
     """Exact attention over a batch of sequences of different lengths, packed row after row.
 
     q is (total_q, Hq, D) and k, v are (total_k, Hkv, D); sequence b holds rows
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v.
-    cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total;
-    max_seqlen_* (Python ints) bound every sequence's length. Other arguments as flash_attn_func.
+    cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total; sequences may
+    be empty, and so may q or k (total 0). max_seqlen_* (ints) bound every sequence's length. Other arguments
+    as flash_attn_func; block_table (FlashAttention-2's paged KV cache) and FlashAttention-3's seqused_q /
+    seqused_k must be None.
 
-    In eager mode the offsets are also checked on the host, which copies them from the device and so waits
-    for the stream; under torch.compile and CUDA graph capture that check is skipped (it cannot run there)
-    and only the C ABI's checks remain.
+    With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
+    checked on the host and the call never waits for the stream (their consistency is the caller's promise,
+    as in FlashAttention). With either of them None, both offset tensors are copied to the host once (a
+    wait on the stream, impossible under torch.compile and CUDA graph capture), checked, and the missing
+    bound is taken from them.
 
     Returns out (total_q, Hq, D), or (out, lse) with return_lse: lse (Hq, total_q) fp32.
     """
-    _check_qkv(q, k, v, rank=3, layout="(total_tokens, heads, head_dim)")
-    for name, offsets in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        _check_cu_seqlens_tensor(name, offsets, q)
+    _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _VARLEN_NEUTRAL)
+    if block_table is not None:
+        raise NotImplementedError("block_table (a paged KV cache) is not supported by flash4; pass None")
+    _checks.check_qkv(q, k, v, varlen=True)
+    varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
+    return run((q, k, v), _eager.unpacked, options, varlen, return_lse)
+
+
+def run(inputs, split, options, varlen, return_lse):
+    """out, or (out, lse), of the checked call on `inputs` (differentiable tensors that split(*inputs) turns
+    into q, k, v): eagerly through flash4._eager, or through the torch ops when torch has to see the call."""
+    if type(return_lse) is not bool:
+        _checks.check_flag("return_lse", return_lse)
+    tensors = inputs if varlen is None else (*inputs, varlen.cu_seqlens_q, varlen.cu_seqlens_k)
+    if _eager.eager_call(*tensors):
+        out, lse = _eager.attention(_eager.Call(options, varlen, split), *inputs)
+    elif varlen is None:
+        out, lse = torch.ops.flash4.fwd(*split(*inputs), *options)
+    else:
+        out, lse = torch.ops.flash4.varlen_fwd(*split(*inputs), *varlen, *options)
+    return (out, lse) if return_lse else out
+
+
+def make_options(head_dim, softmax_scale, causal, window_size, softcap, deterministic):
+    """The ops' trailing arguments, checked and normalized; the common case takes the shortest branch."""
+    if type(causal) is not bool or type(deterministic) is not bool:
+        _checks.check_flag("causal", causal)
+        _checks.check_flag("deterministic", deterministic)
+    scale = head_dim**-0.5 if softmax_scale is None else softmax_scale  # FlashAttention's default, bit for bit
+    if softmax_scale is not None or type(softcap) is not float or softcap != 0.0:
+        _checks.check_scales(scale, softcap)
+    if type(window_size) is tuple and window_size == (-1, -1):
+        left, right = -1, 0 if causal else -1
+    else:
+        left, right = _checks.window_edges(window_size, causal)
+    return Options(float(scale), causal, left, right, float(softcap), deterministic)
+
+
+def make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """Varlen metadata, checked; the host reads the offsets only when a max_seqlen is missing (None)."""
+    _checks.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
+    _checks.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q)
     if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
         raise ValueError(
             f"cu_seqlens_k has {cu_seqlens_k.shape[0]} offsets but cu_seqlens_q has {cu_seqlens_q.shape[0]}; "
             f"both hold batch + 1"
         )
-    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        _check_int(name, value, low=1)
-    if _values_readable(cu_seqlens_q):
-        # One copy for both, so one wait on the stream.
-        offsets_q, offsets_k = torch.stack([cu_seqlens_q, cu_seqlens_k]).tolist()
-        check_cu_seqlens_values("cu_seqlens_q", offsets_q, "q", q.shape[0], "max_seqlen_q", max_seqlen_q)
-        check_cu_seqlens_values("cu_seqlens_k", offsets_k, "k", k.shape[0], "max_seqlen_k", max_seqlen_k)
-    options = _options(q, softmax_scale, causal, window_size, softcap, deterministic)
-    out, lse = torch.ops.flash4.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options)
-    return (out, lse) if return_lse else out
+    if max_seqlen_q is None or max_seqlen_k is None:
+        max_seqlen_q, max_seqlen_k = _bounds_from_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                          max_seqlen_k)
+    _checks.check_int("max_seqlen_q", max_seqlen_q, low=0)
+    _checks.check_int("max_seqlen_k", max_seqlen_k, low=0)
+    return Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
 
-def check_cu_seqlens_values(name, offsets, rows_name, rows, max_name, max_seqlen):
-    """Check host-side offsets (a list of ints) against the packed tensor's row count and max_seqlen."""
-    if offsets[0] != 0:
-        raise ValueError(f"{name}[0] must be 0, got {offsets[0]}")
-    for i in range(1, len(offsets)):
-        if offsets[i] < offsets[i - 1]:
-            raise ValueError(
-                f"{name} must be non-decreasing, but {name}[{i}] = {offsets[i]} < {name}[{i - 1}] = {offsets[i - 1]}"
-            )
-    if offsets[-1] != rows:
-        raise ValueError(f"{name}[-1] = {offsets[-1]} but {rows_name} has {rows} rows; the last offset is the total")
-    longest = max(end - start for start, end in zip(offsets, offsets[1:]))
-    if longest > max_seqlen:
-        raise ValueError(f"{max_name} = {max_seqlen} but the longest sequence in {name} has {longest} rows")
+def _bounds_from_offsets(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """(max_seqlen_q, max_seqlen_k), the missing ones the longest sequence, after checking the offsets."""
+    if not _values_readable(cu_seqlens_q):
+        raise ValueError(
+            "max_seqlen_q and max_seqlen_k must be ints under torch.compile, fake tensors and CUDA graph capture: "
+            "None asks the host to read cu_seqlens, which cannot happen there"
+        )
+    offsets_q, offsets_k = torch.stack([cu_seqlens_q, cu_seqlens_k]).tolist()  # one copy, so one wait
+    bounds = []
+    for side, offsets, rows, given in (("q", offsets_q, q.shape[0], max_seqlen_q), ("k", offsets_k, k.shape[0],
+                                                                                      max_seqlen_k)):
+        longest = max(end - start for start, end in zip(offsets, offsets[1:]))
+        bound = longest if given is None else given
+        _checks.check_cu_seqlens_values(f"cu_seqlens_{side}", offsets, side, rows, f"max_seqlen_{side}", bound)
+        bounds.append(bound)
+    return tuple(bounds)
 
 
 def _values_readable(t):
@@ -103,84 +161,21 @@ def _values_readable(t):
     return not torch.compiler.is_compiling() and not is_fake(t) and not torch.cuda.is_current_stream_capturing()
 
 
-def _check_qkv(q, k, v, rank, layout):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} is on {t.device}; flash4 runs on CUDA tensors")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-        if t.dtype not in ops.DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; flash4 supports torch.bfloat16 and torch.float16")
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}")
-        if t.dim() != rank:
-            raise ValueError(f"{name} must be {rank}-D {layout}, got shape {tuple(t.shape)}")
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last (head_dim) dimension, got strides {t.stride()}")
-        if not all(1 <= size <= _INT32_MAX for size in t.shape):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}; every size must be in [1, 2**31 - 1]")
-    head_dim = q.shape[-1]
-    if head_dim not in ops.HEAD_DIMS:
-        raise ValueError(f"q has head_dim {head_dim}; flash4 supports {', '.join(map(str, ops.HEAD_DIMS))}")
-    if k.shape[-1] != head_dim:
-        raise ValueError(f"k has head_dim {k.shape[-1]} but q has {head_dim}")
-    if v.shape != k.shape:
-        raise ValueError(f"v has shape {tuple(v.shape)} but k has {tuple(k.shape)}; they must match")
-    heads_q, heads_kv = q.shape[-2], k.shape[-2]
-    if heads_q % heads_kv != 0:
-        raise ValueError(
-            f"q has {heads_q} heads, not a multiple of k's {heads_kv} (GQA/MQA need heads_q % heads_kv == 0)"
+def _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, extra_kwargs, neutral):
+    """FlashAttention arguments flash4 cannot honour: NotImplementedError naming them (TypeError for a
+    keyword no FlashAttention version has, or a flag that is not a bool)."""
+    if type(dropout_p) is not float or dropout_p != 0.0:
+        _checks.check_dropout(dropout_p)
+    if alibi_slopes is not None:
+        raise NotImplementedError("alibi_slopes is not supported by flash4; pass None")
+    if return_attn_probs is not False:
+        _checks.check_flag("return_attn_probs", return_attn_probs)
+        raise NotImplementedError(
+            "return_attn_probs=True is not supported by flash4: it computes no attention probabilities "
+            "(FlashAttention-2's S_dmask); pass return_lse=True for (out, lse)"
         )
-
-
-def _check_cu_seqlens_tensor(name, t, q):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device != q.device:
-        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if t.dtype != torch.int32:
-        raise TypeError(f"{name} must have dtype torch.int32, got {t.dtype}")
-    if t.dim() != 1 or t.shape[0] < 2:
-        raise ValueError(f"{name} must be 1-D with batch + 1 >= 2 offsets, got shape {tuple(t.shape)}")
-    if t.stride(0) != 1:
-        raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
-
-
-def _check_int(name, value, low, high=_INT32_MAX):
-    # bool is an int subclass but never a meaningful size or window.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
-
-
-def _check_real(name, value):
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-
-
-def _options(q, softmax_scale, causal, window_size, softcap, deterministic):
-    """The ops' trailing arguments, checked and normalized."""
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
-    else:
-        _check_real("softmax_scale", softmax_scale)
-        if softmax_scale <= 0:
-            raise ValueError(f"softmax_scale must be positive, got {softmax_scale}")
-    _check_real("softcap", softcap)
-    if softcap < 0:
-        raise ValueError(f"softcap must be >= 0 (0 turns it off), got {softcap}")
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
-    left, right = window_size
-    _check_int("window_size[0]", left, low=-1)
-    _check_int("window_size[1]", right, low=-1)
-    if causal:
-        if right not in (-1, 0):
-            raise ValueError(f"window_size[1] = {right} contradicts causal=True, which means a right window of 0")
-        right = 0
-    return ops.Options(float(softmax_scale), bool(causal), left, right, float(softcap), bool(deterministic))
+    if extra_kwargs:
+        for name, value in extra_kwargs.items():
+            if name not in neutral:
+                raise TypeError(f"unexpected keyword argument {name!r} (not a FlashAttention-2/3/4 argument)")
+            _checks.reject_unsupported(name, value, neutral[name])

@@ -25,9 +25,11 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from . import _kvcache_abi, ops
+from . import _kvcache_abi, _launch
+from ._checks import DTYPES
+from ._checks import check_int as _check_int
 from ._loader import load_library
-from .interface import _check_int, _options, _values_readable
+from .interface import _values_readable, make_options
 
 HEAD_DIMS = (64, 128)
 MAX_SPLITS = 128
@@ -75,7 +77,7 @@ def flash_attn_with_kvcache(
         check_device_values(cache_seqlens, seqlen_new, capacity, k_cache.shape[0], cache_batch_idx, block_table,
                             k_cache.shape[1] if paged else 0)
     # flash_attn_func's checks; the last of its options (deterministic) concerns only a backward.
-    options = _options(q, softmax_scale, causal, window_size, softcap, False)[:5]
+    options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, False)[:5]
     out, lse = torch.ops.flash4.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                                         *options, num_splits)
     return (out, lse) if return_softmax_lse else out
@@ -127,7 +129,7 @@ def _check_tensors(q, k_cache, v_cache, k, v, paged):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.device.type != "cuda" or t.device != q.device:
             raise ValueError(f"{name} is on {t.device}; flash4 runs on CUDA tensors, all on q's device ({q.device})")
-        if t.dtype not in ops.DTYPES or t.dtype != q.dtype:
+        if t.dtype not in DTYPES or t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype}; flash4 supports torch.bfloat16 and torch.float16, one "
                             f"dtype for all tensors (q has {q.dtype})")
         if t.dim() != 4 or t.stride(-1) != 1:
@@ -188,16 +190,16 @@ def kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_bat
     """flash4_kvcache_params for these tensors (any device: the CPU tests fill it from CPU tensors)."""
     p = _kvcache_abi.KvcacheParams()
     p.struct_size = ctypes.sizeof(p)
-    p.dtype = ops.DTYPES[q.dtype]
+    p.dtype = DTYPES[q.dtype]
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("o", out)):
         setattr(p, name, t.data_ptr())
-        setattr(p, f"{name}_strides", ops._strides(t))
+        setattr(p, f"{name}_strides", _launch._strides(t))
     p.lse = lse.data_ptr()
     p.batch, p.seqlen_q, p.heads_q, p.head_dim = q.shape
     p.heads_kv = k_cache.shape[2]
     if k is not None:
         p.k_new, p.v_new = k.data_ptr(), v.data_ptr()
-        p.k_new_strides, p.v_new_strides = ops._strides(k), ops._strides(v)
+        p.k_new_strides, p.v_new_strides = _launch._strides(k), _launch._strides(v)
         p.seqlen_new = k.shape[1]
     if block_table is not None:
         p.block_table = block_table.data_ptr()
@@ -231,16 +233,16 @@ def kvcache(
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, num_splits: int,
 ) -> tuple[Tensor, Tensor]:
     """The append (into k_cache / v_cache, in place) and the attention; out (B, Sq, Hq, D), lse (B, Hq, Sq)."""
-    q = ops._tma_ready(q)  # 16-byte aligned with 16-byte strides, else a packed copy (the cache is never copied)
+    q = _launch.tma_ready(q)  # 16-byte aligned with 16-byte strides, else a packed copy (the cache is never copied)
     if k is not None:
-        k, v = ops._tma_ready(k), ops._tma_ready(v)
+        k, v = _launch.tma_ready(k), _launch.tma_ready(v)
     out, lse = _empty_outputs(q)
     params = kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_batch_idx, block_table,
                             softmax_scale, causal, window_left, window_right, softcap, num_splits)
     lib = _library()
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        error, workspace = ops.call_library(
+        error, workspace = _launch.call_library(
             lib, "kvcache", params, stream, lambda size: torch.empty(size, dtype=torch.uint8, device=q.device)
         )
         del workspace

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import HEADER
-from flash4 import _abi, ops
+from flash4 import _abi, _launch
 from flash4._loader import open_library
 
 STRUCTS = {"flash4_strides": _abi.Strides, "flash4_fwd_params": _abi.FwdParams, "flash4_bwd_params": _abi.BwdParams}
@@ -72,8 +72,28 @@ def test_every_exported_function_is_declared():
     assert exported == set(_abi.FUNCTIONS)
 
 
-OPTIONS = ops.Options(softmax_scale=0.125, causal=True, window_left=-1, window_right=0, softcap=30.0,
+OPTIONS = _launch.Options(softmax_scale=0.125, causal=True, window_left=-1, window_right=0, softcap=30.0,
                       deterministic=True)
+
+
+@pytest.mark.parametrize("packer", [_abi.FWD_PACKER, _abi.BWD_PACKER])
+def test_packer_writes_every_field_at_its_offset(packer):
+    # Distinct values per field, read back through the ctypes mirror (whose offsets match gcc's, above):
+    # a field out of order or a wrong padding would land a value in another field.
+    values = []
+    for i, name in enumerate(packer.names):
+        field = packer.struct_type
+        for part in name.split("."):
+            ctype = dict(field._fields_)[part]
+            field = ctype
+        values.append(0.5 + i if ctype is ctypes.c_float else 1000 + i)
+    params = packer.pack(*values)
+    assert len(packer.names) == len(values)
+    for name, value in zip(packer.names, values):
+        read = params
+        for part in name.split("."):
+            read = getattr(read, part)
+        assert read == value, name
 
 
 def test_fwd_params_from_strided_views():
@@ -81,7 +101,7 @@ def test_fwd_params_from_strided_views():
     q, k, v = qkv.unbind(2)
     out = torch.zeros(2, 33, 8, 64, dtype=torch.bfloat16)
     lse = torch.zeros(2, 8, 33)
-    p = ops.fwd_params(q, k, v, out, lse, OPTIONS)
+    p = _launch.fwd_params(q, k, v, out, lse, OPTIONS)
     assert p.struct_size == ctypes.sizeof(_abi.FwdParams)
     assert p.dtype == _abi.DType.BF16
     assert (p.q, p.k, p.v, p.o, p.lse) == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
@@ -98,8 +118,8 @@ def test_varlen_bwd_params():
     cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
     cu_k = torch.tensor([0, 3, 7], dtype=torch.int32)
     lse = torch.zeros(4, 10)
-    varlen = ops.Varlen(cu_q, cu_k, 6, 4)
-    p = ops.bwd_params(q, q, k, k, q, lse, q, k, k, OPTIONS, varlen)
+    varlen = _launch.Varlen(cu_q, cu_k, 6, 4)
+    p = _launch.bwd_params(q, q, k, k, q, lse, q, k, k, OPTIONS, varlen)
     assert p.struct_size == ctypes.sizeof(_abi.BwdParams)
     assert p.dtype == _abi.DType.FP16 and p.deterministic == 1
     assert (p.k_strides.batch, p.k_strides.seq, p.k_strides.head) == (0, 2 * 128, 128)
@@ -113,11 +133,11 @@ def test_c_side_accepts_the_filled_struct_and_reports_its_checks(stub_library):
     lib = open_library(stub_library)
     q = torch.zeros(1, 16, 6, 64, dtype=torch.bfloat16)
     k = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
-    params = ops.fwd_params(q, k, k, q, torch.zeros(1, 6, 16), OPTIONS)
+    params = _launch.fwd_params(q, k, k, q, torch.zeros(1, 6, 16), OPTIONS)
     _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))  # struct_size agrees with C
 
     k4 = torch.zeros(1, 16, 4, 64, dtype=torch.bfloat16)
-    params = ops.fwd_params(q, k4, k4, q, torch.zeros(1, 6, 16), OPTIONS)
+    params = _launch.fwd_params(q, k4, k4, q, torch.zeros(1, 6, 16), OPTIONS)
     expected = "FLASH4_ERROR_HEAD_RATIO.*heads_q is not a multiple of heads_kv"
     with pytest.raises(_abi.Flash4Error, match=expected) as info:
         _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
@@ -132,23 +152,47 @@ def test_the_real_library_validates_the_filled_struct(real_library):
     lse = torch.zeros(2, 8, 100)
     # Outputs in memory of their own: an output sharing memory with an input is rejected (flash4.h, rule 12).
     o, dq, dk, dv = torch.zeros_like(q), torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k)
-    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(ops.fwd_params(q, k, k, o, lse, OPTIONS))))
-    varlen = ops.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32), torch.tensor([0, 40, 140], dtype=torch.int32),
-                        140, 100)
-    params = ops.bwd_params(q[0], q[0], k[0], k[0], o[0], lse[0], dq[0], dk[0], dv[0], OPTIONS, varlen)
+    params = _launch.fwd_params(q, k, k, o, lse, OPTIONS)
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+    varlen = _launch.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32),
+                            torch.tensor([0, 40, 140], dtype=torch.int32), 140, 100)
+    params = _launch.bwd_params(q[0], q[0], k[0], k[0], o[0], lse[0], dq[0], dk[0], dv[0], OPTIONS, varlen)
     _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
 
     k3 = torch.zeros(2, 70, 3, 128, dtype=torch.bfloat16)
-    params = ops.fwd_params(q, k3, k3, q, lse, OPTIONS)
+    params = _launch.fwd_params(q, k3, k3, q, lse, OPTIONS)
     expected = r"FLASH4_ERROR_HEAD_RATIO.*heads_q \(8\) is not a multiple of heads_kv \(3\)"
     with pytest.raises(_abi.Flash4Error, match=expected):
         _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
 
 
+def test_the_real_library_accepts_empty_problems(real_library):
+    # Sequences without queries or keys, as flash_attn_func and flash_attn_varlen_func now pass them: torch gives
+    # an empty tensor a NULL data pointer, which the C ABI accepts for a tensor without rows.
+    lib = open_library(real_library)
+    q = torch.zeros(2, 100, 8, 128, dtype=torch.bfloat16)
+    no_keys = torch.zeros(2, 0, 2, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 8, 100)
+    assert no_keys.data_ptr() == 0
+    params = _launch.fwd_params(q, no_keys, no_keys, q, lse, OPTIONS)
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+    no_queries = torch.zeros(2, 0, 8, 128, dtype=torch.bfloat16)
+    k = torch.zeros(2, 70, 2, 128, dtype=torch.bfloat16)
+    params = _launch.bwd_params(no_queries, no_queries, k, k, no_queries, torch.zeros(2, 8, 0), no_queries, k, k,
+                                OPTIONS)
+    _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
+    rows_q = torch.zeros(100, 8, 128, dtype=torch.bfloat16)
+    rows_k = torch.zeros(0, 2, 128, dtype=torch.bfloat16)
+    varlen = _launch.Varlen(torch.tensor([0, 60, 100], dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 60, 0)
+    params = _launch.fwd_params(rows_q, rows_k, rows_k, rows_q, lse[0], OPTIONS, varlen)
+    assert params.max_seqlen_k == 1  # the C ABI's bound must be >= 1; a bound of a batch without keys
+    _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+
+
 def test_not_implemented_status_raises_its_own_error(stub_library):
     lib = open_library(stub_library)
     q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
-    params = ops.bwd_params(q, q, q, q, q, torch.zeros(1, 2, 16), q, q, q, OPTIONS)
+    params = _launch.bwd_params(q, q, q, q, q, torch.zeros(1, 2, 16), q, q, q, OPTIONS)
     workspace = torch.empty(4096, dtype=torch.uint8)  # the stub's backward asks for 4096 bytes
     params.workspace, params.workspace_bytes = workspace.data_ptr(), workspace.numel()
     expected = "flash4_bwd failed with FLASH4_ERROR_NOT_IMPLEMENTED.*backward"
@@ -160,7 +204,11 @@ def test_not_implemented_status_raises_its_own_error(stub_library):
 def test_tma_ready_views_are_used_in_place():
     qkv = torch.zeros(2, 33, 3, 8, 64, dtype=torch.bfloat16)
     q = qkv.unbind(2)[0]
-    assert ops._tma_ready(q) is q
+    ready, strides = _launch.tma_ready(q)
+    assert ready is q and strides == (33 * 3 * 8 * 64, 3 * 8 * 64, 64)
+    rows = torch.zeros(40, 3, 8, 64, dtype=torch.float16).unbind(1)[2]  # varlen rows of a packed qkv
+    ready, strides = _launch.tma_ready(rows)
+    assert ready is rows and strides == (0, 3 * 8 * 64, 64)
 
 
 @pytest.mark.parametrize("view", [
@@ -170,6 +218,7 @@ def test_tma_ready_views_are_used_in_place():
 ])
 def test_views_tma_cannot_read_are_packed(view):
     t = view()
-    packed = ops._tma_ready(t)
+    packed, strides = _launch.tma_ready(t)
     assert packed.data_ptr() % 16 == 0 and torch.equal(packed, t)
     assert all(s > 0 and s * packed.element_size() % 16 == 0 for s in packed.stride()[:-1])
+    assert strides == packed.stride()[:3]

@@ -111,3 +111,19 @@ def test_merge_bench_keeps_deterministic_rows_in_their_own_column(tmp_path):
     header, row = done.stdout.splitlines()[1:3]
     assert header.split()[4:] == ["flash4", "flash4", "det", "sdpa_cudnn"]  # "flash4 det" is one column
     assert row.split()[4:] == ["435.6", "408.8", "447.8"]
+
+
+def test_host_overhead_mode_arguments_and_table():
+    from flash4 import bench_host
+
+    args = bench.parse_args(["--host-overhead", "--host-shape", "2", "64", "4", "64", "--host-calls", "50"])
+    assert args.host_overhead and args.host_shape == [2, 64, 4, 64] and args.host_calls == 50
+    assert not bench.parse_args([]).host_overhead
+    rows = [{"mode": "fwd", "provider": "flash4", "host_us": 20.0, "gpu_us": 8.0},
+            {"mode": "fwd", "provider": "sdpa", "host_us": 40.0, "gpu_us": 9.5},
+            {"mode": "bwd", "provider": "flash4", "host_us": 70.0, "gpu_us": 30.0}]
+    header, fwd, bwd, note = bench_host.table(rows).splitlines()
+    assert header.split()[:3] == ["mode", "flash4", "flash4_op"] and header.endswith("flash4 / sdpa")
+    assert fwd.startswith("fwd") and "20.0 (  8.0)" in fwd and "40.0 (  9.5)" in fwd and fwd.endswith("0.50")
+    assert bwd.startswith("bwd") and "70.0" in bwd and not bwd.endswith("0.50")  # no SDPA row: no ratio
+    assert bench_host.timed_call("flash4_c", "bwd", (1, 8, 1, 64)) is None  # the C calls alone: forward only

@@ -1,5 +1,5 @@
 """Shape inference of flash4's ops without a GPU or the library: register_fake under FakeTensorMode and
-symbolic tracing, and the register_autograd wiring on meta tensors (which the fake kernels also serve).
+symbolic tracing, every public call form, and the register_autograd wiring (autograd runs on fake tensors).
 """
 
 import pytest
@@ -8,9 +8,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-from flash4 import flash_attn_func, flash_attn_varlen_func, ops
+import flash4
+from flash4 import _launch, flash_attn_func, flash_attn_varlen_func
 
-OPTIONS = ops.Options(softmax_scale=0.125, causal=True, window_left=-1, window_right=0, softcap=0.0,
+OPTIONS = _launch.Options(softmax_scale=0.125, causal=True, window_left=-1, window_right=0, softcap=0.0,
                       deterministic=False)
 
 
@@ -19,7 +20,7 @@ def no_launch(monkeypatch):
     def launched():
         raise AssertionError("shape inference reached the library")
 
-    monkeypatch.setattr(ops, "load_library", launched)
+    monkeypatch.setattr(_launch, "load_library", launched)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +95,7 @@ def meta_inputs(*shapes):
 
 
 def test_autograd_connects_fwd_to_bwd():
+    # Meta tensors: autograd on fake CUDA tensors would need a CUDA context for its device thread.
     q, k, v = meta_inputs((2, 64, 8, 64), (2, 32, 2, 64), (2, 32, 2, 64))
     out, lse = torch.ops.flash4.fwd(q, k, v, *OPTIONS)
     assert out.requires_grad and not lse.requires_grad  # lse is an auxiliary output, as in FlashAttention
@@ -108,3 +110,69 @@ def test_autograd_connects_varlen_fwd_to_varlen_bwd():
     assert lse.shape == (8, 100)
     out.sum().backward()
     assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
+
+
+def fake_inputs(*shapes):
+    return [torch.randn(*shape, dtype=torch.bfloat16, device="cuda", requires_grad=True) for shape in shapes]
+
+
+# Every public call form: (call on fake inputs, expected out shape, expected lse shape). B = 2, S = 48, Hq = 8,
+# Hkv = 2, D = 128; varlen: 100 query rows, 90 key rows, batch 3.
+def _cu():
+    return torch.empty(4, dtype=torch.int32, device="cuda")
+
+
+CALL_FORMS = {
+    "flash_attn_func": (lambda: flash4.flash_attn_func(*fake_inputs((2, 48, 8, 128), (2, 40, 2, 128), (2, 40, 2, 128)),
+                                                       causal=True, return_lse=True), (2, 48, 8, 128), (2, 8, 48)),
+    "flash_attn_qkvpacked_func": (
+        lambda: flash4.flash_attn_qkvpacked_func(*fake_inputs((2, 48, 3, 8, 128)), return_lse=True),
+        (2, 48, 8, 128), (2, 8, 48)),
+    "flash_attn_qkvpacked_func(num_heads_q)": (
+        lambda: flash4.flash_attn_qkvpacked_func(*fake_inputs((2, 48, 12, 128)), num_heads_q=8, return_lse=True),
+        (2, 48, 8, 128), (2, 8, 48)),
+    "flash_attn_kvpacked_func": (lambda: flash4.flash_attn_kvpacked_func(
+        *fake_inputs((2, 48, 8, 128), (2, 40, 2, 2, 128)), return_lse=True), (2, 48, 8, 128), (2, 8, 48)),
+    "flash_attn_varlen_func": (lambda: flash4.flash_attn_varlen_func(
+        *fake_inputs((100, 8, 128), (90, 2, 128), (90, 2, 128)), _cu(), _cu(), 60, 50, return_lse=True),
+        (100, 8, 128), (8, 100)),
+    "flash_attn_varlen_qkvpacked_func": (lambda: flash4.flash_attn_varlen_qkvpacked_func(
+        *fake_inputs((100, 3, 8, 128)), _cu(), 60, return_lse=True), (100, 8, 128), (8, 100)),
+    "flash_attn_varlen_kvpacked_func": (lambda: flash4.flash_attn_varlen_kvpacked_func(
+        *fake_inputs((100, 8, 128), (90, 2, 2, 128)), _cu(), _cu(), 60, 50, return_lse=True), (100, 8, 128), (8, 100)),
+}
+
+
+@pytest.mark.parametrize("form", CALL_FORMS)
+def test_every_call_form_has_flash_attention_shapes(form):
+    # The gradients of the packed forms are checked on the CPU in test_eager_cpu.py, and on the GPU.
+    call, out_shape, lse_shape = CALL_FORMS[form]
+    with FakeTensorMode():
+        out, lse = call()
+    assert out.shape == out_shape and out.dtype == torch.bfloat16 and out.requires_grad
+    assert lse.shape == lse_shape and lse.dtype == torch.float32 and not lse.requires_grad
+
+
+def test_flash_attention_2_positional_order():
+    # (q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+    # return_attn_probs); FlashAttention returns out alone.
+    with FakeTensorMode():
+        q, k, v = (torch.empty(1, 16, 2, 64, dtype=torch.float16, device="cuda") for _ in "qkv")
+        out = flash_attn_func(q, k, v, 0.0, 0.2, True, (8, -1), 5.0, None, True, False)
+        cu = torch.empty(2, dtype=torch.int32, device="cuda")
+        rows = q[0]
+        varlen_out = flash_attn_varlen_func(rows, rows, rows, cu, cu, 16, 16, 0.0, None, False, (-1, -1), 0.0, None,
+                                            False, False, None)
+    assert isinstance(out, torch.Tensor) and out.shape == q.shape
+    assert isinstance(varlen_out, torch.Tensor) and varlen_out.shape == rows.shape
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(0, 32), (32, 0)])
+def test_empty_sequences_have_shapes(seqlen_q, seqlen_k):
+    with FakeTensorMode():
+        q, k, v = fake_inputs((2, seqlen_q, 4, 64), (2, seqlen_k, 4, 64), (2, seqlen_k, 4, 64))
+        out, lse = flash_attn_func(q, k, v, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (2, 4, seqlen_q)
+    q, k, v = meta_inputs((2, seqlen_q, 4, 64), (2, seqlen_k, 4, 64), (2, seqlen_k, 4, 64))
+    grads = torch.autograd.grad(torch.ops.flash4.fwd(q, k, v, *OPTIONS)[0].sum(), (q, k, v))
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]

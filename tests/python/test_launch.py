@@ -1,19 +1,20 @@
-"""The path from an op to the C ABI without a GPU: flash4.ops.call_library driven against the stub library
+"""The path from an op to the C ABI without a GPU: flash4._launch.call_library driven against the stub library
 (conftest.STUB_SOURCE), which records the stream and workspace each launch was handed, and the exceptions
 a failing status turns into.
 """
 
 import copy
+import gc
 import ctypes
 import pickle
 
 import pytest
 import torch
 
-from flash4 import Flash4Error, Flash4NotImplementedError, _abi, ops
+from flash4 import Flash4Error, Flash4NotImplementedError, _abi, _launch
 from flash4._loader import open_library
 
-OPTIONS = ops.Options(softmax_scale=0.125, causal=False, window_left=-1, window_right=-1, softcap=0.0,
+OPTIONS = _launch.Options(softmax_scale=0.125, causal=False, window_left=-1, window_right=-1, softcap=0.0,
                       deterministic=True)
 # A handle above 2**32, as real cudaStream_t values are: a 32-bit int on the way would lose its top half.
 STREAM = 0x7F3A_1234_5670
@@ -43,32 +44,32 @@ class Allocations:
 def fwd_params(heads_kv=2):
     q = torch.zeros(1, 16, 4, 64, dtype=torch.bfloat16)
     k = torch.zeros(1, 16, heads_kv, 64, dtype=torch.bfloat16)
-    return ops.fwd_params(q, k, k, q, torch.zeros(1, 4, 16), OPTIONS)
+    return _launch.fwd_params(q, k, k, q, torch.zeros(1, 4, 16), OPTIONS)
 
 
 def bwd_params():
     q = torch.zeros(1, 16, 4, 64, dtype=torch.bfloat16)
     k = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
-    return ops.bwd_params(q, q, k, k, q, torch.zeros(1, 4, 16), q, k, k, OPTIONS)
+    return _launch.bwd_params(q, q, k, k, q, torch.zeros(1, 4, 16), q, k, k, OPTIONS)
 
 
 def test_forward_launch_gets_the_full_stream_handle_and_no_workspace(stub):
     allocate = Allocations()
-    error, workspace = ops.call_library(stub, "fwd", fwd_params(), STREAM, allocate)
+    error, workspace = _launch.call_library(stub, "fwd", fwd_params(), STREAM, allocate)
     assert error is None and workspace is None and allocate.tensors == []
     assert stub.stub_seen_stream() == STREAM
     assert (stub.stub_seen_workspace(), stub.stub_seen_workspace_bytes()) == (0, 0)
 
 
 def test_the_legacy_stream_is_passed_as_null(stub):
-    error, _ = ops.call_library(stub, "fwd", fwd_params(), 0, Allocations())
+    error, _ = _launch.call_library(stub, "fwd", fwd_params(), 0, Allocations())
     assert error is None and stub.stub_seen_stream() == 0
 
 
 def test_backward_allocates_the_workspace_it_asks_for_and_reports_not_implemented(stub):
     allocate = Allocations()
     params = bwd_params()
-    error, workspace = ops.call_library(stub, "bwd", params, STREAM, allocate)
+    error, workspace = _launch.call_library(stub, "bwd", params, STREAM, allocate)
     assert allocate.tensors == [workspace] and workspace.numel() == 4096 and workspace.dtype == torch.uint8
     assert (params.workspace, params.workspace_bytes) == (workspace.data_ptr(), 4096)
     assert stub.stub_seen_workspace() == workspace.data_ptr() and stub.stub_seen_workspace_bytes() == 4096
@@ -82,7 +83,7 @@ def test_backward_allocates_the_workspace_it_asks_for_and_reports_not_implemente
 def test_a_failing_size_query_allocates_and_launches_nothing(stub):
     allocate = Allocations()
     stub.flash4_fwd(ctypes.byref(fwd_params()), ctypes.c_void_p(1))  # a launch the next call must not repeat
-    error, workspace = ops.call_library(stub, "fwd", fwd_params(heads_kv=3), STREAM, allocate)
+    error, workspace = _launch.call_library(stub, "fwd", fwd_params(heads_kv=3), STREAM, allocate)
     assert workspace is None and allocate.tensors == []
     assert stub.stub_seen_stream() == 1  # flash4_fwd was not called again
     assert type(error) is Flash4Error and error.status == _abi.Status.ERROR_HEAD_RATIO
@@ -106,3 +107,51 @@ def test_check_raises_the_error_and_passes_success(stub):
     with pytest.raises(Flash4Error, match="flash4_fwd_check failed with FLASH4_ERROR_HEAD_RATIO") as info:
         _abi.check(stub, "flash4_fwd_check", status)
     assert info.value.status == _abi.Status.ERROR_HEAD_RATIO
+
+
+# ---------------------------------------------------------------- what the library is handed stays alive
+
+
+def _live_tensor_pointers():
+    # Plain tensors only (the tests' are): fake ones that earlier tests left to the collector have no data, and
+    # type() rather than isinstance() because the latter asks objects for __class__, which some of torch's warn on.
+    return {obj.data_ptr() for obj in gc.get_objects() if type(obj) is torch.Tensor}
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Replaces _launch.run (the CUDA part) with a recorder that checks, at launch time, that every pointer in
+    the params struct is the data of a tensor still alive: a temporary freed before the launch goes back to
+    torch's caching allocator, and the workspace allocated next can be carved from it (on the GPU this turned
+    the ring's dq wrong when its lse was a non-contiguous slice)."""
+    seen = []
+
+    def run(direction, params, device):
+        live = _live_tensor_pointers()
+        pointers = {name: getattr(params, name) for name, ctype in params._fields_ if ctype is ctypes.c_void_p}
+        dead = [name for name, address in pointers.items() if address and address not in live]
+        assert not dead, f"{direction}: {', '.join(dead)} point(s) at memory no live tensor holds"
+        seen.append(direction)
+
+    monkeypatch.setattr(_launch, "run", run)
+    return seen
+
+
+def test_the_backward_holds_the_packed_copies_it_hands_the_library(launches):
+    q = torch.zeros(2, 64, 4, 64, dtype=torch.bfloat16)
+    k = torch.zeros(2, 32, 2, 64, dtype=torch.bfloat16)
+    out = torch.zeros_like(q)
+    lse = torch.zeros(2, 4, 128)[..., 64:]  # the ring's second-half slice: not contiguous, so copied
+    dout = torch.zeros((), dtype=torch.bfloat16).expand(q.shape)  # out.sum()'s gradient: copied too
+    gc.collect()
+    _launch.backward(dout, q, k, k, out, lse, OPTIONS)
+    assert launches == ["bwd"]
+
+
+def test_the_forward_holds_the_packed_copies_it_hands_the_library(launches):
+    q = torch.zeros(2, 64, 4, 68, dtype=torch.bfloat16)[..., 4:]  # misaligned: copied
+    k = torch.zeros(2, 32, 2, 64, dtype=torch.bfloat16)
+    gc.collect()
+    out, lse = _launch.forward(q, k, k, OPTIONS)
+    assert out.shape == q.shape and lse.shape == (2, 4, 64)
+    assert launches == ["fwd"]

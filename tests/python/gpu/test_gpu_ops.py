@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from flash4 import Flash4Error, Flash4NotImplementedError, _abi, flash_attn_func, flash_attn_varlen_func
+from flash4 import Flash4Error, Flash4NotImplementedError, _abi, _launch, flash_attn_func, flash_attn_varlen_func
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -206,13 +206,16 @@ def test_varlen_forward(causal):
     assert_within_rule("lse", lse, ref_lse, naive_lse, LSE_FLOOR)
 
 
-def test_varlen_offsets_are_checked_in_eager_mode():
+def test_varlen_offsets_are_checked_when_a_bound_is_missing():
+    # With both bounds given nothing is read back (no wait on the stream); a None bound reads and checks the offsets.
     q, k, v, cu_q, cu_k = varlen_inputs([10, 20], [10, 20])
     with pytest.raises(ValueError, match="max_seqlen_q = 10 but the longest sequence in cu_seqlens_q has 20 rows"):
-        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 10, 20)
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 10, None)
     decreasing = torch.tensor([0, 31, 30], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match=r"cu_seqlens_k must be non-decreasing, but cu_seqlens_k\[2\] = 30 < "):
-        flash_attn_varlen_func(q, k, v, cu_q, decreasing, 20, 31)
+        flash_attn_varlen_func(q, k, v, cu_q, decreasing, None, None)
+    out = run(flash_attn_varlen_func, q, k, v, cu_q, cu_k, None, None)  # the bounds taken from the offsets
+    assert torch.equal(out, run(flash_attn_varlen_func, q, k, v, cu_q, cu_k, 20, 20))
 
 
 def test_strided_views_of_packed_qkv_match_packed_inputs():
@@ -243,9 +246,11 @@ def test_runs_on_the_current_stream():
 
 def test_c_abi_errors_come_through_with_their_message():
     q = randn(1, 64, 4, 64)
-    # Calling the op directly skips the Python checks; the library's validation answers instead.
+    # flash4._launch skips the Python checks (the ops and the public functions run them first); the library's
+    # validation answers instead.
+    options = _launch.Options(-1.0, False, -1, -1, 0.0, False)
     with pytest.raises(Flash4Error, match="FLASH4_ERROR_INVALID_ARGUMENT.*softmax_scale") as info:
-        torch.ops.flash4.fwd(q, q, q, -1.0, False, -1, -1, 0.0, False)
+        _launch.forward(q, q, q, options)
     assert info.value.status == _abi.Status.ERROR_INVALID_ARGUMENT
 
 

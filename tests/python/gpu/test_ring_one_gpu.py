@@ -10,6 +10,7 @@ The one-GPU part of the ring checks (tests/python/gpu/dist_ring_check.py is the 
     simulated in this process (one thread per rank, messages through queues, as the CPU tests do), causal
     zig-zag shards and non-causal contiguous shards, GQA 4:1, D = 64 and 128, bf16; the gathered out, lse
     and dq/dk/dv against single-call flash4 on the whole sequence and the fp32 reference;
+  * the case W = 3, causal, D = 128 over 200 fresh seeds (once failed on the H200: see RING_SEEDS);
   * W = 1 through autograd (ring_flash_attn_func(...).backward()), deterministic: bit-identical to
     flash_attn_func, which checks the autograd wrapper on CUDA tensors.
 
@@ -35,7 +36,9 @@ Skips (with the reason) without a CUDA device, on a GPU other than sm_90, withou
 checks while flash4_bwd reports FLASH4_ERROR_NOT_IMPLEMENTED.
 """
 
+import os
 import queue
+import secrets
 import threading
 
 import pytest
@@ -249,8 +252,33 @@ def unsplit(shards, causal, dim=1):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_simulated_ring_matches_single_flash4_and_reference(needs_backward, world_size, causal, head_dim):
+    check_simulated_ring(world_size, causal, head_dim, seed=100 * world_size + 10 * causal + head_dim // 64)
+
+
+# The case that once failed on the H200 (dq error 0.159 against a budget of 0.0223; single-call flash4 at
+# 0.0107), repeated over many inputs. The ring's arithmetic holds to fp64 exactness on the CPU over as many
+# seeds; the cause found was in the op layer: the backward handed the library a contiguous copy of a sliced lse
+# (the ring's second-half query rows) and let go of it before the launch, so its memory could go to another
+# allocation on the same stream before the kernels read it (here: another simulated rank's, every rank sharing
+# the default stream and the caching allocator; for small problems also the workspace). test_launch.py checks
+# the lifetimes on the CPU; test_gpu_call_forms.py repeats a sliced-lse backward.
+RING_SEEDS = 200
+
+
+def test_simulated_ring_over_many_seeds(needs_backward):
+    # Fresh inputs on every run; FLASH4_SEED=<first seed> replays a reported run.
+    first = int(os.environ.get("FLASH4_SEED") or secrets.randbelow(2**31 - RING_SEEDS))
+    for seed in range(first, first + RING_SEEDS):
+        try:
+            check_simulated_ring(world_size=3, causal=True, head_dim=128, seed=seed)
+        except AssertionError as err:
+            raise AssertionError(f"seed {seed} (of {first}..{first + RING_SEEDS - 1}): {err}") from None
+
+
+def check_simulated_ring(world_size, causal, head_dim, seed):
+    """The simulated ring's out, lse and gradients against single-call flash4 and the reference (module doc)."""
     # 768 rows: 2W chunks of 192 (W = 2) or 128 (W = 3) rows; GQA 4:1.
-    gen = torch.Generator(device=DEVICE).manual_seed(100 * world_size + 10 * causal + head_dim // 64)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
     batch, seqlen, heads_q, heads_kv = 2, 768, 8, 2
     q, k, v = (randn(batch, seqlen, h, head_dim, generator=gen) for h in (heads_q, heads_kv, heads_kv))
     dout = randn(batch, seqlen, heads_q, head_dim, generator=gen)

@@ -1,0 +1,236 @@
+"""Argument checks shared by the public functions (interface.py) and the torch ops (ops.py).
+
+Plain Python on tensor metadata: no GPU, no library, and they run on fake tensors (FakeTensorMode,
+torch.compile tracing) without specializing symbolic sizes. Every failure names the argument: TypeError for
+a wrong type, ValueError for a wrong value, NotImplementedError for a FlashAttention feature flash4 lacks.
+The C ABI validates again before it launches anything; the checks here catch what it cannot see (a Python
+bool given as an int, a float that float32 cannot hold) and give Python's exception types.
+
+They run on every eager call, so each reads a tensor's metadata once and the common case takes the
+shortest branch.
+"""
+
+import ctypes
+import math
+
+import torch
+
+from ._abi import DType
+
+# What the kernels are built for (CMake's FLASH4_DTYPES / FLASH4_HEAD_DIMS can build fewer; the C ABI then
+# reports FLASH4_ERROR_NO_KERNEL with the missing case).
+DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16}
+HEAD_DIMS = (64, 96, 128, 192, 256)
+INT32_MAX = 2**31 - 1
+
+# float32's range: the C ABI takes softmax_scale and softcap as float, and the kernels form
+# softmax_scale * log2(e), softcap * log2(e) and softmax_scale / softcap in float32. A value there that
+# is 0, subnormal (flushed to 0 on the GPU) or infinite would silently change the attention.
+FLOAT32_MIN_NORMAL = 2.0**-126
+FLOAT32_MAX = (2 - 2.0**-23) * 2.0**127
+LOG2_E = 1.0 / math.log(2.0)
+
+
+def check_tensor_type(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def check_qkv(q, k, v, varlen, need_cuda=True):
+    """q, k, v of one attention call: (B, S, H, D) each, or (total, H, D) each when varlen. need_cuda=False
+    for shape inference, which also serves meta tensors."""
+    if not _plainly_valid(q, k, v, varlen, need_cuda):
+        _explain_qkv(q, k, v, varlen, need_cuda)
+
+
+def _plainly_valid(q, k, v, varlen, need_cuda):
+    """True only if every check of _explain_qkv passes: the common case in one expression (one read of each
+    piece of metadata); False sends the call to _explain_qkv, which names what is wrong."""
+    try:
+        q_shape, k_shape = q.shape, k.shape
+        if varlen:
+            (q_rows, heads_q, head_dim), (k_rows, heads_kv, k_head_dim) = q_shape, k_shape
+            same_batch = True
+        else:
+            (batch, q_rows, heads_q, head_dim), (k_batch, k_rows, heads_kv, k_head_dim) = q_shape, k_shape
+            same_batch = k_batch == batch and 1 <= batch <= INT32_MAX
+        dtype, device = q.dtype, q.get_device()
+        return (
+            same_batch and v.shape == k_shape and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
+            and (q.is_cuda and k.is_cuda and v.is_cuda or not need_cuda)
+            and k.get_device() == device and v.get_device() == device
+            and q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
+            and head_dim in HEAD_DIMS and k_head_dim == head_dim
+            and 0 <= q_rows <= INT32_MAX and 0 <= k_rows <= INT32_MAX and 1 <= heads_kv <= heads_q <= INT32_MAX
+            and heads_q % heads_kv == 0
+        )
+    except (AttributeError, TypeError, ValueError):  # not a tensor, or a tensor of another rank
+        return False
+
+
+def _explain_qkv(q, k, v, varlen, need_cuda):
+    rank = 3 if varlen else 4
+    layout = "(total_tokens, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor_type(name, t)
+        if t.dim() != rank:
+            raise ValueError(f"{name} must be {rank}-D {layout}, got shape {tuple(t.shape)}")
+        _check_placement(name, t, q, need_cuda)
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    head_dim = q_shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise NotImplementedError(
+            f"q has head_dim {head_dim}; flash4 implements head dims {', '.join(map(str, HEAD_DIMS))}"
+        )
+    if k_shape[-1] != head_dim:
+        raise ValueError(f"k has head_dim {k_shape[-1]} but q has {head_dim}; q . k needs the same head_dim")
+    if v_shape[-1] != head_dim:
+        raise NotImplementedError(
+            f"v has head_dim {v_shape[-1]} but q has {head_dim}: a value head dim other than the query's "
+            f"(head_dim_v != head_dim) is not implemented"
+        )
+    if v_shape != k_shape:
+        raise ValueError(f"v has shape {tuple(v_shape)} but k has {tuple(k_shape)}; they must match")
+    if not varlen and k_shape[0] != q_shape[0]:
+        raise ValueError(f"k has batch size {k_shape[0]} but q has {q_shape[0]}")
+    for name, shape in (("q", q_shape), ("k", k_shape)):
+        _check_sizes(name, shape, varlen)
+    heads_q, heads_kv = q_shape[-2], k_shape[-2]
+    if heads_q % heads_kv != 0:
+        raise ValueError(
+            f"q has {heads_q} heads, not a multiple of k's {heads_kv} (GQA/MQA need heads_q % heads_kv == 0)"
+        )
+
+
+def _check_placement(name, t, q, need_cuda):
+    """dtype, device and a contiguous last dimension: what the kernels' loads need of every tensor."""
+    dtype = t.dtype
+    if dtype not in DTYPES:
+        raise TypeError(f"{name} has dtype {dtype}; flash4 supports torch.bfloat16 and torch.float16")
+    if dtype != q.dtype:
+        raise TypeError(f"{name} has dtype {dtype} but q has {q.dtype}")
+    if need_cuda and not t.is_cuda:
+        raise ValueError(f"{name} is on {t.device}; flash4 runs on CUDA tensors")
+    if t.get_device() != q.get_device():
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if t.stride(-1) != 1 and t.shape[-1] != 1:
+        raise ValueError(f"{name} must be contiguous in its last (head_dim) dimension, got strides {t.stride()}")
+
+
+def _check_sizes(name, shape, varlen):
+    """Sequence lengths (and varlen totals) may be 0, an empty problem; batch and heads may not."""
+    rows_axis = 0 if varlen else 1
+    for axis, size in enumerate(shape[:-1]):
+        low = 0 if axis == rows_axis else 1
+        if not low <= size <= INT32_MAX:
+            raise ValueError(
+                f"{name} has shape {tuple(shape)}; its {_axis_name(axis, varlen)} must be in [{low}, 2**31 - 1]"
+            )
+
+
+def _axis_name(axis, varlen):
+    return (("total_tokens", "heads") if varlen else ("batch", "seqlen", "heads"))[axis]
+
+
+def check_cu_seqlens(name, t, q, need_cuda=True):
+    check_tensor_type(name, t)
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {t.dtype}")
+    if t.dim() != 1 or t.shape[0] < 2:
+        raise ValueError(f"{name} must be 1-D with batch + 1 >= 2 offsets, got shape {tuple(t.shape)}")
+    if t.get_device() != q.get_device() or need_cuda and not t.is_cuda:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
+
+
+def check_cu_seqlens_values(name, offsets, rows_name, rows, max_name, max_seqlen):
+    """Check host-side offsets (a list of ints) against the packed tensor's row count and max_seqlen."""
+    if offsets[0] != 0:
+        raise ValueError(f"{name}[0] must be 0, got {offsets[0]}")
+    for i in range(1, len(offsets)):
+        if offsets[i] < offsets[i - 1]:
+            raise ValueError(
+                f"{name} must be non-decreasing, but {name}[{i}] = {offsets[i]} < {name}[{i - 1}] = {offsets[i - 1]}"
+            )
+    if offsets[-1] != rows:
+        raise ValueError(f"{name}[-1] = {offsets[-1]} but {rows_name} has {rows} rows; the last offset is the total")
+    longest = max(end - start for start, end in zip(offsets, offsets[1:]))
+    if longest > max_seqlen:
+        raise ValueError(f"{max_name} = {max_seqlen} but the longest sequence in {name} has {longest} rows")
+
+
+def check_int(name, value, low, high=INT32_MAX):
+    # bool is an int subclass but never a meaningful size or window.
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+def check_flag(name, value):
+    """Flags are bool: an int, a string or a tensor in their place is far more often a mistake than a wish."""
+    if type(value) is not bool:
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+
+
+def _check_float32(name, value, what):
+    """`what` (= value > 0, computed from argument `name`) must stay a normal finite number in float32."""
+    single = ctypes.c_float(value).value
+    if not FLOAT32_MIN_NORMAL <= single <= FLOAT32_MAX:
+        raise ValueError(
+            f"{name} = {value!r} gives {what} = {single!r} in float32, the precision the kernels use; it must be "
+            f"a normal float32 number in [{FLOAT32_MIN_NORMAL:.4g}, {FLOAT32_MAX:.4g}]"
+        )
+
+
+def _check_positive_real(name, value, allow_zero):
+    if type(value) is not float and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0 (0 turns it off)" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {value}")
+
+
+def check_scales(softmax_scale, softcap):
+    """softmax_scale > 0 and softcap >= 0, each representable, and so the float32 values the kernels derive."""
+    _check_positive_real("softmax_scale", softmax_scale, allow_zero=False)
+    _check_positive_real("softcap", softcap, allow_zero=True)
+    _check_float32("softmax_scale", softmax_scale, "softmax_scale")
+    _check_float32("softmax_scale", softmax_scale * LOG2_E, "softmax_scale * log2(e)")
+    if softcap:
+        _check_float32("softcap", softcap, "softcap")
+        _check_float32("softcap", softcap * LOG2_E, "softcap * log2(e)")
+        _check_float32("softcap", softmax_scale / softcap, "softmax_scale / softcap")
+
+
+def window_edges(window_size, causal):
+    """(left, right) of FlashAttention's window_size, -1 for unbounded (None too, as FlashAttention-4 writes
+    it); causal=True makes the right edge 0 and keeps the left (local causal attention)."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
+    left, right = window_size
+    left = -1 if left is None else left
+    right = -1 if right is None else right
+    check_int("window_size[0]", left, low=-1)
+    check_int("window_size[1]", right, low=-1)
+    return left, 0 if causal else right
+
+
+def reject_unsupported(name, value, neutral):
+    """NotImplementedError unless `value` is one of the `neutral` values (same type and value): a
+    FlashAttention argument flash4 cannot honour."""
+    if not any(value is n or (type(value) is type(n) and value == n) for n in neutral):
+        accepted = " or ".join(repr(n) for n in neutral)
+        raise NotImplementedError(f"{name}={value!r} is not supported by flash4 (only {accepted})")
+
+
+def check_dropout(dropout_p):
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a number, got {type(dropout_p).__name__}")
+    if dropout_p != 0:
+        raise NotImplementedError(
+            f"dropout_p={dropout_p!r}: flash4 has no attention dropout, only dropout_p=0.0 (FlashAttention-2's "
+            f"positional order is q, k, v, dropout_p, softmax_scale, causal; pass FlashAttention-3's softmax_scale "
+            f"by keyword)"
+        )

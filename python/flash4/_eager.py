@@ -1,0 +1,80 @@
+"""The eager path: flash4's C calls from plain Python, without torch's dispatcher in between.
+
+At small shapes (decoding, batches of short sequences) the time to enqueue a call sets the speed. A
+torch.library.custom_op call runs several Python <-> C++ round trips through the dispatcher (and an autograd
+wrapper around them) before its Python kernel starts; here the forward is one torch.autograd.Function (or no
+autograd at all when no input needs a gradient) around flash4._launch, and the backward writes the gradients
+straight into the layout of the inputs autograd saw (one dqkv for a packed qkv, as FlashAttention does).
+
+Used only when torch needs to see nothing (eager_call()); otherwise the public functions call the torch ops
+(flash4.ops), whose kernels run the same flash4._launch functions. The GPU tests compare the two paths.
+"""
+
+import torch
+
+from . import _launch
+
+
+# Types that intercept nothing (a Parameter disables __torch_function__); other subclasses may.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager_call(*tensors):
+    """Whether a call on `tensors` may bypass the dispatcher: not while torch.compile traces (the graph must
+    hold the op), not for tensor subclasses or fake tensors, not under a TorchDispatchMode (they intercept
+    ops: FakeTensorMode, FlopCounterMode) and not inside functorch transforms (vmap, grad)."""
+    if torch.compiler.is_compiling():
+        return False
+    for t in tensors:
+        if type(t) not in _PLAIN_TENSORS:
+            return False
+    return not torch._C._len_torch_dispatch_stack() and not torch._C._are_functorch_transforms_active()
+
+
+class Call:
+    """What one attention call computes, besides its differentiable tensors: options, varlen metadata, and how
+    the differentiable inputs (q, k, v; or a packed qkv; or q and a packed kv) split into q, k and v."""
+
+    __slots__ = ("options", "varlen", "split")
+
+    def __init__(self, options, varlen, split):
+        self.options, self.varlen, self.split = options, varlen, split
+
+
+def attention(call, *inputs):
+    """(out, lse) of `call` on its differentiable inputs, through autograd when one of them needs a gradient."""
+    if torch.is_grad_enabled():
+        for t in inputs:
+            if t.requires_grad:
+                return _Attention.apply(call, *inputs)
+    return _launch.forward(*call.split(*inputs), call.options, call.varlen)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, call, *inputs):
+        out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen)
+        ctx.save_for_backward(*inputs, out, lse)
+        ctx.call = call
+        # lse is an auxiliary output, as in FlashAttention: the backward takes no gradient for it, and is not
+        # handed one (materialized, it would be a tensor of zeros filled on every backward).
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        # dout is never None: autograd runs this node only for a gradient of out, lse being non-differentiable.
+        *inputs, out, lse = ctx.saved_tensors
+        call = ctx.call
+        if call.split is unpacked:
+            return (None, *_launch.backward(dout, *inputs, out, lse, call.options, call.varlen))
+        # A packed input's gradient is one packed tensor, written in place through the split.
+        grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
+        q, k, v = call.split(*inputs)
+        _launch.backward(dout, q, k, v, out, lse, call.options, call.varlen, grads=call.split(*grads))
+        return (None, *grads)
+
+
+def unpacked(q, k, v):
+    return q, k, v

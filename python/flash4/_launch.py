@@ -1,0 +1,231 @@
+"""One call of the C ABI: fill the params struct, size and allocate the workspace, launch on torch's stream.
+
+forward() and backward() serve both the eager path (flash4._eager, no dispatcher in between) and the torch
+ops (flash4.ops). They trust shapes, dtypes and devices (flash4._checks ran first; the C ABI validates
+again before any launch) and need a CUDA device only for the launch itself: the struct filling, the
+workspace protocol and the error path run against a stub library on the CPU (tests/python/test_launch.py).
+
+Every tensor whose address goes into the params struct is held by a local variable of the function that
+calls the library, until that call has returned: a temporary (a packed copy made here) freed earlier goes
+back to torch's caching allocator, and the workspace allocated next, or any tensor another thread allocates
+on the same stream meanwhile, can be carved from it before the kernels have read it.
+"""
+
+import ctypes
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from . import _abi
+from ._checks import DTYPES
+from ._loader import load_library
+
+# TMA reads a tensor in place when its base address and every stride but the last are 16-byte multiples.
+_TMA_ALIGN_BYTES = 16
+_ELEMENT_BYTES = 2  # bf16 and fp16, the only dtypes (_dtype_code refuses others before any launch)
+_FWD_SIZE = ctypes.sizeof(_abi.FwdParams)
+_BWD_SIZE = ctypes.sizeof(_abi.BwdParams)
+_NO_VARLEN = (0, 0, 0, 0, 0, 0)  # cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k
+
+
+class Options(NamedTuple):
+    """The trailing scalar arguments of every op, in schema order. window_right is already 0 when causal."""
+
+    softmax_scale: float
+    causal: bool
+    window_left: int
+    window_right: int
+    softcap: float
+    deterministic: bool
+
+
+class Varlen(NamedTuple):
+    """Varlen metadata: batch + 1 int32 row offsets per side and a bound on every sequence's length per side."""
+
+    cu_seqlens_q: Tensor
+    cu_seqlens_k: Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+
+def tma_ready(t):
+    """(t, its flash4_strides) when the kernel's TMA loads can read t in place, else a packed copy's.
+
+    Legal torch views can break TMA's alignment (a column slice of a wider buffer, the stride-0 expand that
+    autograd hands the backward for out.sum()); copying those is better than refusing them.
+    clone(contiguous_format) rather than contiguous(): the latter keeps odd strides on size-1 dimensions.
+    """
+    strides = t.stride()
+    if len(strides) == 4:
+        batch, seq, head, last = strides
+        abi_strides = (batch, seq, head)
+    else:  # varlen rows: no batch axis (the ABI ignores its batch stride)
+        seq, head, last = strides
+        batch, abi_strides = seq, (0, seq, head)
+    addresses = t.data_ptr() | (batch | seq | head) * _ELEMENT_BYTES  # a multiple of 16 iff each one is
+    if last == 1 and batch > 0 and seq > 0 and head > 0 and not addresses % _TMA_ALIGN_BYTES:
+        return t, abi_strides
+    t = t.clone(memory_format=torch.contiguous_format)
+    return t, _strides(t)
+
+
+def _strides(t):
+    """flash4_strides (batch, seq, head) of a (B, S, H, D) tensor, or of varlen rows (total, H, D)."""
+    strides = t.stride()
+    return strides[:3] if len(strides) == 4 else (0, strides[0], strides[1])
+
+
+def lse_shape(q):
+    """(B, Hq, Sq), or (Hq, total_q) for varlen rows."""
+    shape = q.shape
+    return (shape[0], shape[2], shape[1]) if len(shape) == 4 else (shape[1], shape[0])
+
+
+def _problem(q, k, options, varlen):
+    """The two runs of fields both params structs share: (batch .. softcap, cu_seqlens_q .. total_k)."""
+    q_shape, k_shape = q.shape, k.shape
+    if varlen is None:
+        sizes = (q_shape[0], q_shape[1], k_shape[1])
+        varlen_fields = _NO_VARLEN
+    else:
+        cu_q, cu_k, max_q, max_k = varlen
+        sizes = (cu_q.shape[0] - 1, 0, 0)
+        # The C ABI wants a bound >= 1; a batch without rows on one side has 0 for its longest sequence.
+        varlen_fields = (cu_q.data_ptr(), cu_k.data_ptr(), max(max_q, 1), max(max_k, 1), q_shape[0], k_shape[0])
+    scale, causal, left, right, softcap, _ = options
+    return sizes + (q_shape[-2], k_shape[-2], q_shape[-1], scale, int(causal), left, right, softcap), varlen_fields
+
+
+def _dtype_code(q):
+    code = DTYPES.get(q.dtype)
+    if code is None:
+        raise TypeError(f"q has dtype {q.dtype}; flash4 supports torch.bfloat16 and torch.float16")
+    return code
+
+
+def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None):
+    """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
+    tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them."""
+    problem, varlen_fields = _problem(q, k, options, varlen)
+    q_strides, k_strides, v_strides, out_strides = strides or (_strides(t) for t in (q, k, v, out))
+    return _abi.FWD_PACKER.pack(
+        _FWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        *q_strides, *k_strides, *v_strides, *out_strides,
+        *problem, *varlen_fields, 0, 0,
+    )
+
+
+def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, strides=None):
+    """flash4_bwd_params for these tensors, which the caller keeps alive until the call. strides: the
+    flash4_strides of q, k, v, out, dout, dq, dk, dv when the caller has them."""
+    problem, varlen_fields = _problem(q, k, options, varlen)
+    q_s, k_s, v_s, out_s, dout_s, dq_s, dk_s, dv_s = strides or (_strides(t) for t in (q, k, v, out, dout, dq, dk, dv))
+    return _abi.BWD_PACKER.pack(
+        _BWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        *q_s, *k_s, *v_s, *out_s, *dout_s, *dq_s, *dk_s, *dv_s,
+        *problem, int(options.deterministic), *varlen_fields, 0, 0,
+    )
+
+
+def _packed_strides(shape):
+    """The flash4_strides of a new contiguous tensor of `shape` (torch counts an empty axis as 1)."""
+    if len(shape) == 4:
+        _, seqlen, heads, head_dim = shape
+        return (max(seqlen, 1) * heads * head_dim, heads * head_dim, head_dim)
+    return (0, shape[1] * shape[2], shape[2])
+
+
+def empty_outputs(q):
+    """out like q, packed, and lse fp32."""
+    device = q.device
+    return (torch.empty(q.shape, dtype=q.dtype, device=device),
+            torch.empty(lse_shape(q), dtype=torch.float32, device=device))
+
+
+def empty_grads(q, k, v):
+    device = q.device
+    return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
+
+
+def forward(q, k, v, options, varlen=None):
+    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd."""
+    (q, q_strides), (k, k_strides), (v, v_strides) = tma_ready(q), tma_ready(k), tma_ready(v)
+    out, lse = empty_outputs(q)
+    strides = (q_strides, k_strides, v_strides, _packed_strides(q.shape))
+    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides), q.device)
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None):
+    """(dq, dk, dv) of flash4_bwd, written into `grads` (tensors TMA can address) when given, else new ones."""
+    (dout, dout_s), (q, q_s), (k, k_s), (v, v_s), (out, out_s) = (
+        tma_ready(dout), tma_ready(q), tma_ready(k), tma_ready(v), tma_ready(out))
+    lse = lse.contiguous()  # held here until the launch: see the module's docstring
+    if grads is None:
+        dq, dk, dv = empty_grads(q, k, v)
+        grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
+    else:
+        dq, dk, dv = grads
+        grad_strides = (_strides(dq), _strides(dk), _strides(dv))
+    strides = (q_s, k_s, v_s, out_s, dout_s, *grad_strides)
+    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides), q.device)
+    return dq, dk, dv
+
+
+def run(direction, params, device):
+    """Size the workspace and launch flash4_{direction} on torch's current stream of `device`.
+
+    The library launches on the calling thread's current device, so that is made `device` for the call when
+    it is another. A failing status is raised only after the device guard is left, as an exception that holds
+    plain strings: nothing raised here refers to ctypes objects, the library's buffers or an open context.
+    """
+    lib = load_library()
+    index = device.index
+    if index == torch.cuda.current_device():
+        error = _call_on_current_device(lib, direction, params, index, device)
+    else:
+        with torch.cuda.device(index):
+            error = _call_on_current_device(lib, direction, params, index, device)
+    if error is not None:
+        raise error
+
+
+def _call_on_current_device(lib, direction, params, index, device):
+    # torch's current stream as a raw handle: the public torch.cuda.current_stream() builds a Stream object
+    # for it on every call. The workspace comes from torch's caching allocator on that stream, so freeing it
+    # right after the launch is stream-ordered, and under CUDA graph capture it lands in the graph's pool.
+    stream = torch._C._cuda_getCurrentRawStream(index)
+    error, workspace = call_library(lib, direction, params, stream,
+                                    lambda size: torch.empty(size, dtype=torch.uint8, device=device))
+    del workspace
+    return error
+
+
+def call_library(lib, direction, params, stream, allocate):
+    """(error or None, workspace or None): flash4_{direction}_workspace_size, allocate(bytes) if nonzero, then
+    flash4_{direction} on `stream` (an int handle, 0 for the legacy stream).
+
+    Needs neither torch nor a GPU (the CPU tests drive it with a stub library). It never raises for a
+    failing status: the caller raises once it has left every context it entered (see run).
+    """
+    size_entry, launch_entry = _ENTRIES[direction]
+    size = ctypes.c_size_t(0)
+    status = getattr(lib, size_entry)(params, ctypes.byref(size))
+    if status:
+        return _abi.error(lib, size_entry, status), None
+    workspace = None
+    if size.value:
+        workspace = allocate(size.value)
+        params.workspace, params.workspace_bytes = workspace.data_ptr(), size.value
+    # argtypes declare the handle a void*, so a 64-bit handle travels whole.
+    status = getattr(lib, launch_entry)(params, stream)
+    if status:
+        return _abi.error(lib, launch_entry, status), workspace
+    return None, workspace
+
+
+_ENTRIES = {
+    direction: (f"flash4_{direction}_workspace_size", f"flash4_{direction}") for direction in ("fwd", "bwd", "kvcache")
+}

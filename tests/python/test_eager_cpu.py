@@ -1,0 +1,146 @@
+"""The eager path (flash4._eager) on the CPU: which calls may bypass the dispatcher, and the autograd wiring of
+every input layout, with flash4._launch's two C calls replaced by plain torch math (fp64).
+
+The C calls themselves are covered by test_launch.py (stub library) and the GPU tests; here the point is what
+the eager path hands them and what it returns: outputs, no graph when no gradient is needed, and gradients of
+a packed qkv / kv written as one packed tensor, equal to autograd's through the same math.
+"""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from flash4 import _eager, _launch, packed
+from flash4.distributed import ReferenceLocal
+
+F64 = torch.float64
+REFERENCE = ReferenceLocal(F64)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """_launch.forward / backward as the reference math; records what the backward was asked to write into."""
+    written = []
+
+    def forward(q, k, v, options, varlen=None):
+        assert varlen is None
+        return REFERENCE.forward(q, k, v, options.causal, options.softmax_scale, options.softcap)
+
+    def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None):
+        values = REFERENCE.backward(dout, q, k, v, out, lse, options.causal, options.softmax_scale, options.softcap)
+        if grads is None:  # the unpacked layout: the launch allocates
+            grads = tuple(value.clone() for value in values)
+        for grad, value in zip(grads, values):
+            grad.copy_(value)
+        written.append(grads)
+        return grads
+
+    monkeypatch.setattr(_launch, "forward", forward)
+    monkeypatch.setattr(_launch, "backward", backward)
+    return written
+
+
+OPTIONS = _launch.Options(softmax_scale=0.3, causal=True, window_left=-1, window_right=0, softcap=5.0,
+                          deterministic=False)
+
+
+def reference_grads(q, k, v, dout):
+    """Gradients of (q, k, v) by torch autograd through the same math."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, _ = REFERENCE.forward(*leaves, True, OPTIONS.softmax_scale, OPTIONS.softcap)
+    return torch.autograd.grad(out, leaves, dout)
+
+
+LAYOUTS = {
+    # name: (differentiable inputs, split)
+    "q, k, v": (lambda g: [torch.randn(2, 12, 4, 8, dtype=F64, generator=g) for _ in "qkv"], _eager.unpacked),
+    "qkv": (lambda g: [torch.randn(2, 12, 3, 4, 8, dtype=F64, generator=g)], packed._unbind_qkv),
+    "q, kv": (lambda g: [torch.randn(2, 12, 4, 8, dtype=F64, generator=g),
+                         torch.randn(2, 12, 2, 2, 8, dtype=F64, generator=g)], packed._unbind_kv),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gradients_of_every_layout_equal_autograd_through_the_same_math(launches, layout):
+    make, split = LAYOUTS[layout]
+    inputs = [t.requires_grad_() for t in make(torch.Generator().manual_seed(0))]
+    out, lse = _eager.attention(_eager.Call(OPTIONS, None, split), *inputs)
+    assert out.requires_grad and not lse.requires_grad
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, inputs, dout)
+    q, k, v = split(*inputs)
+    expected = reference_grads(q, k, v, dout)
+    # The packed gradient is the tensor the backward wrote into through the split, not a concatenation of copies.
+    (written,) = launches
+    assert [g.data_ptr() for g in split(*grads)] == [w.data_ptr() for w in written]
+    for got, want in zip(split(*grads), expected):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_no_graph_without_a_gradient(launches):
+    q, k, v = (torch.randn(1, 8, 2, 8, dtype=F64) for _ in "qkv")
+    out, lse = _eager.attention(_eager.Call(OPTIONS, None, _eager.unpacked), q, k, v)
+    assert out.grad_fn is None
+    q.requires_grad_()
+    with torch.no_grad():
+        out, lse = _eager.attention(_eager.Call(OPTIONS, None, _eager.unpacked), q, k, v)
+    assert out.grad_fn is None and launches == []
+
+
+class Subclass(torch.Tensor):
+    """A tensor subclass: its __torch_function__ may intercept ops, so torch must see the call."""
+
+
+def test_plain_tensors_take_the_eager_path():
+    t = torch.zeros(2)
+    assert _eager.eager_call(t, t, torch.nn.Parameter(torch.zeros(2)))
+
+
+def test_fake_tensors_and_subclasses_take_the_ops():
+    with FakeTensorMode():
+        assert not _eager.eager_call(torch.zeros(2))
+    assert not _eager.eager_call(torch.zeros(2), torch.zeros(2).as_subclass(Subclass))
+
+
+def test_functorch_transforms_take_the_ops():
+    seen = []
+
+    def record(x):
+        seen.append(_eager.eager_call())
+        return x
+
+    torch.func.vmap(record)(torch.zeros(3, 2))
+    assert seen == [False]
+
+
+def test_torch_compile_traces_the_ops():
+    seen = []
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def traced(x):
+        seen.append(_eager.eager_call(x))
+        return x + 1
+
+    traced(torch.zeros(2))
+    assert seen == [False]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_checks_trace_under_torch_compile_without_graph_breaks(dynamic):
+    # flash_attn_func runs its checks while torch.compile traces it (fullgraph: a graph break is an error). CPU
+    # tensors here, so the CUDA requirement is left out (the GPU tests compile the whole call).
+    from flash4 import _checks, interface
+
+    def checked(q, k, v, cu):
+        interface._reject_unsupported(0.0, None, False, {"pack_gqa": None}, interface._VARLEN_NEUTRAL)
+        _checks.check_qkv(q, k, v, False, need_cuda=False)
+        _checks.check_cu_seqlens("cu_seqlens_q", cu, q, need_cuda=False)
+        options = interface.make_options(q.shape[-1], None, True, (64, 3), 0.0, False)
+        assert (options.window_left, options.window_right) == (64, 0) and not _eager.eager_call(q, k, v)
+        return q * options.softmax_scale
+
+    torch._dynamo.reset()
+    q, k, v = (torch.randn(2, 16, 4, 64, dtype=torch.bfloat16) for _ in "qkv")
+    cu = torch.tensor([0, 16], dtype=torch.int32)
+    out = torch.compile(checked, backend="eager", fullgraph=True, dynamic=dynamic)(q, k, v, cu)
+    assert torch.equal(out, q * 64**-0.5)
