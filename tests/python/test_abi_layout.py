@@ -174,17 +174,18 @@ def test_the_real_library_accepts_empty_problems(real_library):
     no_keys = torch.zeros(2, 0, 2, 128, dtype=torch.bfloat16)
     lse = torch.zeros(2, 8, 100)
     assert no_keys.data_ptr() == 0
-    params = _launch.fwd_params(q, no_keys, no_keys, q, lse, OPTIONS)
+    # Outputs in memory of their own (flash4.h, rule 12).
+    params = _launch.fwd_params(q, no_keys, no_keys, torch.zeros_like(q), lse, OPTIONS)
     _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
     no_queries = torch.zeros(2, 0, 8, 128, dtype=torch.bfloat16)
     k = torch.zeros(2, 70, 2, 128, dtype=torch.bfloat16)
-    params = _launch.bwd_params(no_queries, no_queries, k, k, no_queries, torch.zeros(2, 8, 0), no_queries, k, k,
-                                OPTIONS)
+    params = _launch.bwd_params(no_queries, no_queries, k, k, no_queries, torch.zeros(2, 8, 0), no_queries,
+                                torch.zeros_like(k), torch.zeros_like(k), OPTIONS)
     _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
     rows_q = torch.zeros(100, 8, 128, dtype=torch.bfloat16)
     rows_k = torch.zeros(0, 2, 128, dtype=torch.bfloat16)
     varlen = _launch.Varlen(torch.tensor([0, 60, 100], dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 60, 0)
-    params = _launch.fwd_params(rows_q, rows_k, rows_k, rows_q, lse[0], OPTIONS, varlen)
+    params = _launch.fwd_params(rows_q, rows_k, rows_k, torch.zeros_like(rows_q), lse[0], OPTIONS, varlen)
     assert params.max_seqlen_k == 1  # the C ABI's bound must be >= 1; a bound of a batch without keys
     _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
 
