@@ -4,6 +4,7 @@ Providers, each timed on the same inputs, case after case:
     flash4            flash4.flash_attn_func on (B, N, H, D) strided views of the (B, H, N, D) tensors
     sdpa_cudnn        torch SDPA, cuDNN backend
     sdpa_flash(FA2)   torch SDPA, flash backend (FlashAttention-2)
+    fa4_cute          FlashAttention-4's CuTe-DSL kernels on their SM90 path (where installed)
     flex_attention    torch FlexAttention, compiled (a block mask for causal)
 Shapes follow the anchors (shared/anchors/*.json): bf16, total tokens B * N = 16K, H = 2048 / D, N from 512
 to 16K, D in {64, 128}, causal and not, forward and backward. Timing is triton.testing.do_bench's median
@@ -37,7 +38,7 @@ import flash4
 from flash4 import bench_host
 
 # Provider names as in the anchors (shared/anchors/*.json).
-PROVIDERS = ("flash4", "sdpa_cudnn", "sdpa_flash(FA2)", "flex_attention")
+PROVIDERS = ("flash4", "sdpa_cudnn", "sdpa_flash(FA2)", "fa4_cute", "flex_attention")
 PEERS = PROVIDERS[1:]
 SDPA_BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash(FA2)": SDPBackend.FLASH_ATTENTION}
 BWD_FLOPS_FACTOR = 2.5  # backward = 2.5 x forward FLOPs (two matmuls forward, five backward)
@@ -105,6 +106,18 @@ def forward_fn(provider, q, k, v, causal):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
         return sdpa
+    if provider == "fa4_cute":
+        # FlashAttention-4's CuTe-DSL package on its SM90 path (../shared/tools/fa4-peer.sh installs it); its
+        # flash_attn_func takes (B, N, H, D) like flash4's and returns the output, or (out, lse).
+        from flash_attn.cute.interface import flash_attn_func as fa4_func
+
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+
+        def fa4():
+            result = fa4_func(q, k, v, causal=causal)
+            return result[0] if isinstance(result, tuple) else result
+
+        return fa4
     if provider != "flex_attention":
         raise ValueError(f"unknown provider {provider!r}; known: {', '.join(PROVIDERS)}")
     from torch.nn.attention.flex_attention import create_block_mask
