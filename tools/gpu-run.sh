@@ -10,7 +10,7 @@
 #   tools/gpu-run.sh [OUT_DIR] [--quick|--bench]   --quick: build and tests only; --bench: build (a no-op
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
-# Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,128,256; empty: none),
+# Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,96,128,192,256; empty: none),
 # FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
 # FLASH4_SANITIZE_TOOLS (default "memcheck racecheck"; empty: none. memcheck alone took 4 minutes over the default
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
@@ -19,6 +19,10 @@
 # are then the GPU test binary alone, in FLASH4_TEST_SHARDS (default 8) parallel shards, and the Python part is skipped).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
+# FlashAttention-4's CuTe package, where ../shared/tools/fa4-peer.sh installed it on this machine, joins the
+# peers as fa4_cute (its package is found through a .pth file that a --target install does not process).
+fa4_site=/tmp/fa4-peer/site
+[ -d "$fa4_site" ] && export PYTHONPATH=$fa4_site:$fa4_site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 mode=${2:-full}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,7 +95,7 @@ echo "$summary"
 # varlen epilogue, in one process per tool.
 echo "== compute-sanitizer (a small case of every kernel)"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*"}
+filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*ForwardGrid.MatchesReference/bf16_*_b4_sq640_sk640_h12x4_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*:*KvcacheGrid.MatchesReference/bf16_d128_*_page64_*_splits4_*:*KvcacheBadValues*"}
 if [ -x "$sanitizer" ]; then
   for tool in ${FLASH4_SANITIZE_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
@@ -106,13 +110,29 @@ else
   echo "compute-sanitizer not found" | tee -a "$out/tests.log"
 fi
 
+# The soak (issue 28): random valid problems, forward and backward, against the fp64 reference; then
+# memcheck on a sample of them.
+soak_bin=${prebuilt:+$prebuilt/flash4_soak}
+soak_bin=${soak_bin:-$build/tests/soak/flash4_soak}
+if [ -x "$soak_bin" ] && [ "${FLASH4_SOAK_PROBLEMS:-10000}" != 0 ]; then
+  echo "== soak"
+  seed=${FLASH4_SOAK_SEED:-$(date +%s)}
+  timeout 300 "$soak_bin" --problems "${FLASH4_SOAK_PROBLEMS:-10000}" --seed "$seed" --json "$out/soak.json" \
+    >"$out/soak.log" 2>&1 || status=1
+  echo "soak (seed $seed): $(tail -1 "$out/soak.log")"
+  if [ -x "$sanitizer" ]; then
+    "$sanitizer" --tool memcheck --error-exitcode 99 "$soak_bin" --sample --seed "$seed" --json "$out/soak-sample.json" \
+      >>"$out/soak.log" 2>&1 || status=1
+    echo "soak sample under memcheck: $(grep -E "ERROR SUMMARY" "$out/soak.log" | tail -1)"
+  fi
+fi
 fi  # tests
 
 if [ "$mode" = "--quick" ]; then exit $status; fi
 
 echo "== bench"
 mkdir -p "$raw" && rm -f "$raw"/*.jsonl
-dims=${FLASH4_BENCH_DIMS-64,128,256}
+dims=${FLASH4_BENCH_DIMS-64,96,128,192,256}
 bwd_dims=${FLASH4_BENCH_BWD_DIMS-64,128}
 : >"$out/bench.log"
 for d in ${dims//,/ }; do
@@ -128,6 +148,14 @@ done
 echo "== peers" >>"$out/bench.log"
 [ -z "$dims" ] || python3 "$root/bench/peers.py" --dims "$dims" --modes fwd >"$raw/peers-fwd.jsonl" 2>>"$out/bench.log" || status=1
 [ -z "$bwd_dims" ] || python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
+# The forward as a user calls it: flash4.flash_attn_func from Python, timed like the peers (the kernel alone
+# is flash4-bench's row).
+library=${prebuilt:+$prebuilt/libflash4.so.0}
+if [ -n "$dims" ]; then
+  FLASH4_LIBRARY=${library:-$build/libflash4.so} python3 "$root/bench/peers.py" --dims "$dims" --modes fwd \
+    --providers flash4 2>>"$out/bench.log" | sed 's/"provider": "flash4"/"provider": "flash4_python"/' \
+    >"$raw/flash4-python-fwd.jsonl" || status=1
+fi
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
 python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --commit "${FLASH4_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
