@@ -11,7 +11,7 @@
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
 # Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,96,128,192,256; empty: none),
-# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
+# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
 # FLASH4_SANITIZE_TOOLS (default "memcheck racecheck"; empty: none. memcheck alone took 4 minutes over the default
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
 # FLASH4_PYTHON=0 (skip tools/gpu-python.sh, to run it as a command of its own), FLASH4_PREBUILT=DIR (no build:
@@ -146,8 +146,11 @@ for d in ${bwd_dims//,/ }; do
   elif [ $rc -ne 0 ]; then status=1; fi
 done
 echo "== peers" >>"$out/bench.log"
-[ -z "$dims" ] || python3 "$root/bench/peers.py" --dims "$dims" --modes fwd >"$raw/peers-fwd.jsonl" 2>>"$out/bench.log" || status=1
-[ -z "$bwd_dims" ] || python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
+peers=${FLASH4_PEERS:-sdpa_cudnn,sdpa_flash(FA2),fa4_cute}
+[ -z "$dims" ] || python3 "$root/bench/peers.py" --dims "$dims" --modes fwd --providers "$peers" >"$raw/peers-fwd.jsonl" \
+  2>>"$out/bench.log" || status=1
+[ -z "$bwd_dims" ] || python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd --providers "$peers" \
+  >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
 # The forward as a user calls it: flash4.flash_attn_func from Python, timed like the peers (the kernel alone
 # is flash4-bench's row).
 library=${prebuilt:+$prebuilt/libflash4.so.0}
