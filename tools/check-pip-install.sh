@@ -46,7 +46,7 @@ quiet auditwheel show "$wheel"
 quiet auditwheel repair --wheel-dir "$scratch/wheelhouse" "$wheel"
 repaired=$(ls "$scratch"/wheelhouse/*.whl)
 name=$(basename "$repaired")
-[[ $name =~ ^flash4-$version-py3-none-manylinux_2_[0-9]+_x86_64(\.manylinux[0-9a-z_]+)*\.whl$ ]] ||
+[[ $name =~ ^flash4-$version-py3-none-([a-z0-9_]+\.)*manylinux_2_[0-9]+_x86_64(\.[a-z0-9_]+)*\.whl$ ]] ||
   { echo "check-pip-install: auditwheel made $name, not a manylinux_2_xx_x86_64 wheel"; exit 1; }
 if python -m zipfile -l "$repaired" | grep -q "flash4.libs/"; then
   echo "check-pip-install: auditwheel grafted libraries into the wheel:"
