@@ -1,65 +1,50 @@
-// flash4-bench command line: the flags, and the list of benchmark cases they describe.
+// The benchmark cases flash4-bench's flags describe, and what each one computes and moves.
 #pragma once
 
-#include <optional>
-#include <string>
+#include <cstddef>
 #include <vector>
 
+#include "cli.hpp"
 #include "reference/precision.hpp"
+#include "reference/reference.hpp"
 
 namespace flash4::bench {
-
-enum class Mode { fwd, bwd };
-
-// Exit statuses of flash4-bench, also listed in its usage text.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;           // a flash4 or CUDA call failed
-inline constexpr int kExitNotImplemented = 2;  // flash4 answered FLASH4_ERROR_NOT_IMPLEMENTED (older libraries)
-inline constexpr int kExitVerifyFailed = 3;    // --verify found an output outside its tolerance
-inline constexpr int kExitUsage = 64;          // bad flags (EX_USAGE of sysexits.h)
-
-struct Options {
-  std::vector<Mode> modes = {Mode::fwd};  // --mode fwd|bwd|fwd,bwd: every case in each mode, in this order
-  ref::Precision dtype = ref::Precision::bf16;
-  std::optional<int> head_dim;  // --D: 128 for one case; --all sweeps {64, 128} unless given
-  bool causal = false;
-  std::optional<int> seqlen;  // --N: Sq = Sk
-  std::optional<int> seqlen_q, seqlen_k, batch, heads_q, heads_kv;
-  int iters = 30;
-  int warmup = 10;
-  bool verify = false;
-  bool deterministic = false;  // backward: deterministic = 1 (bit-identical gradients across runs)
-  bool flush_l2 = false;       // overwrite a buffer larger than L2 before each timed launch
-  bool json = false;
-  bool all = false;
-  bool help = false;
-};
-
-// The flags as parsed, or a message naming the bad flag.
-struct Parsed {
-  std::optional<Options> options;
-  std::string error;
-};
-Parsed parse_options(int argc, char** argv);
-
-std::string usage();
 
 struct Case {
   Mode mode;
   ref::Precision dtype;
   int head_dim;
   bool causal;
-  int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv;  // varlen: batch = sequences, seqlen_* = their maximum
+  int window_left = kNoWindow;
+  int window_right = kNoWindow;
+  double softcap = 0;
   bool deterministic = false;  // backward only
+  // Varlen: the lengths of the packed sequences (batch of each). Empty: fixed length.
+  std::vector<int> varlen_q = {};
+  std::vector<int> varlen_k = {};
+
+  bool is_varlen() const { return !varlen_q.empty(); }
+  // Rows of the (rows, heads, head_dim) views of q and k: batch * seqlen, or the packed total.
+  std::size_t rows_q() const;
+  std::size_t rows_k() const;
 };
 
 // One case from the flags, or the anchors' sweep for --all; repeated for each mode.
 std::vector<Case> cases(const Options& options);
 
-// The FLOP count the anchors use (their meta.flops: "fwd = 4*B*H*N*N*D (x0.5 causal); bwd = 2.5 x fwd"):
-// forward 4 * B * H * Sq * Sk * D, halved when causal (not the exact count of the visible entries, so that the
-// numbers compare with FA3's and cuDNN's); the backward 2.5x the forward (five matmuls, QK^T, dO V^T, dS K,
-// dS^T Q, P^T dO, against the forward's two), halved when causal the same way.
+// The CPU reference's description of the same problem (softmax scale 1/sqrt(D), as the library's default).
+ref::Problem to_problem(const Case& c);
+
+// (query, key) pairs a window leaves visible in one sequence of sq queries and sk keys (causal sets the right
+// edge to 0), counted in O(sq): the mask rule of ref::key_visible.
+double visible_pairs(int sq, int sk, bool causal, int window_left, int window_right);
+
+// The FLOPs a case is credited with. Without a window, the anchors' count (their meta.flops: "fwd = 4*B*H*N*N*D
+// (x0.5 causal); bwd = 2.5 x fwd"): forward 4 * H * Sq * Sk * D summed over the sequences, halved when causal
+// (not the exact count of the visible entries, so that the numbers compare with FA3's and cuDNN's). With a
+// window, 4 * H * D * the visible pairs (the anchors have no windowed cases). The backward is 2.5x the forward
+// (five matmuls, QK^T, dO V^T, dS K, dS^T Q, P^T dO, against the forward's two).
 double flops(const Case& c);
 
 // Compulsory DRAM traffic: every input read once and every output written once (q, k, v, o, lse forward;

@@ -1,6 +1,7 @@
 // The CPU reference demo of flash4-bench (no CUDA device): prints how far a naive same-precision forward (and,
-// with --mode bwd, backward) lands from the exact fp64 one. A kernel passes the project's tolerance rule when its error is at most twice that
-// plus a noise floor (tests/tolerance.hpp), so this is the scale of the errors --verify reports on a GPU.
+// with --mode bwd, backward) lands from the exact fp64 one. A kernel passes the project's tolerance rule when its
+// error is at most twice that plus a noise floor (tests/tolerance.hpp), so this is the scale of the errors
+// --verify reports on a GPU.
 #include "cpu_demo.hpp"
 
 #include <algorithm>
@@ -43,6 +44,9 @@ int run_cpu_demo(const Options& options) {
   problem.head_dim = options.head_dim.value_or(kDefaultHeadDim);
   problem.scale = 1.0 / std::sqrt(static_cast<double>(problem.head_dim));
   problem.causal = options.causal;
+  problem.window_left = options.window_left;
+  problem.window_right = options.window_right;
+  problem.softcap = options.softcap;
 
   const std::uint64_t seed = ref::fresh_seed();
   const ref::Inputs in = ref::random_inputs(problem, options.dtype, seed);
@@ -63,6 +67,16 @@ int run_cpu_demo(const Options& options) {
   }
   std::printf("(the tolerance baseline: a kernel may be off by twice this plus a noise floor)\n");
   return kExitOk;
+}
+
+int run_without_device(const Options& options) {
+  if (options.json) {
+    std::fprintf(stderr, "flash4-bench: no CUDA device found; --json reports measurements, so there is nothing to "
+                         "write (without --json it runs the CPU reference demo)\n");
+    return kExitNoDevice;
+  }
+  std::printf("flash4-bench: no CUDA device found; running the CPU reference demo instead\n");
+  return run_cpu_demo(options);
 }
 
 }  // namespace flash4::bench

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "reference/reference.hpp"
+#include "reference/row_softmax.hpp"
 
 namespace flash4::bench {
 namespace {
@@ -41,28 +42,12 @@ double error(double got, double want) {
   return got == want ? 0.0 : std::fabs(got - want);
 }
 
-ref::Problem problem_of(const Case& c) {
-  ref::Problem problem;
-  problem.batch = c.batch;
-  problem.seqlen_q = c.seqlen_q;
-  problem.seqlen_k = c.seqlen_k;
-  problem.heads_q = c.heads_q;
-  problem.heads_kv = c.heads_kv;
-  problem.head_dim = c.head_dim;
-  problem.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  problem.causal = c.causal;
-  return problem;
-}
+// The (sequence, query head) pairs whose rows are checked: the first and the last.
+std::vector<std::pair<int, int>> sampled_heads(const Case& c) { return {{0, 0}, {c.batch - 1, c.heads_q - 1}}; }
 
 // Row r of `rows` evenly spaced rows out of `length`, the first and the last included.
 int sampled_row(int r, int rows, int length) {
   return rows == 1 ? 0 : static_cast<int>(static_cast<long long>(r) * (length - 1) / (rows - 1));
-}
-
-double dot(const float* a, const float* b, int n) {
-  double sum = 0;
-  for (int d = 0; d < n; ++d) sum += static_cast<double>(a[d]) * b[d];
-  return sum;
 }
 
 // The largest error of one gradient relative to its largest exact value.
@@ -83,15 +68,14 @@ struct GradientError {
 Verification verify_forward(const Case& c, std::span<const float> q, std::span<const float> k,
                             std::span<const float> v, std::span<const std::uint16_t> o,
                             std::span<const float> lse) {
-  const ref::Problem problem = problem_of(c);
-  const std::pair<int, int> pairs[] = {{0, 0}, {c.batch - 1, c.heads_q - 1}};
-  const int rows = std::min(kSampledRows, c.seqlen_q);
+  const ref::Problem problem = to_problem(c);
   std::vector<double> o_ref(c.head_dim);
   double lse_ref = 0;
   Verification result;
-  for (const auto& [b, h] : pairs) {
+  for (const auto& [b, h] : sampled_heads(c)) {
+    const int rows = std::min(kSampledRows, problem.seq_q(b));
     for (int r = 0; r < rows; ++r) {
-      const int row = sampled_row(r, rows, c.seqlen_q);
+      const int row = sampled_row(r, rows, problem.seq_q(b));
       ref::forward_fp64_row(problem, q, k, v, b, h, row, o_ref.data(), &lse_ref);
       const std::size_t first = problem.q_index(b, row, h);
       for (int d = 0; d < c.head_dim; ++d) {
@@ -108,19 +92,20 @@ Verification verify_forward(const Case& c, std::span<const float> q, std::span<c
   return result;
 }
 
-// Per (query row i of head h, key j): P = exp(scale q.k - lse_i), dP = dout_i . v_j, dS = P (dP - delta_i), with
-// delta_i = dout_i . o_i; then dq_i = scale sum_j dS k_j, dk_j = scale sum_(h in group, i) dS q_i and
+// Per (query row i of head h, key j): score s = scale q.k (through the softcap when on), P = exp(s - lse_i),
+// dP = dout_i . v_j, dS = P (dP - delta_i) s', with delta_i = dout_i . o_i and s' the softcap's derivative (1
+// when off); then dq_i = scale sum_j dS k_j, dk_j = scale sum_(h in group, i) dS q_i and
 // dv_j = sum_(h in group, i) P dout_i.
 Verification verify_backward(const Case& c, const BackwardData& t) {
-  const ref::Problem problem = problem_of(c);
-  const int sq = c.seqlen_q, sk = c.seqlen_k, head_dim = c.head_dim;
+  const ref::Problem problem = to_problem(c);
+  const int head_dim = c.head_dim;
   const int group = c.heads_q / c.heads_kv;
   const auto value = [&](std::span<const std::uint16_t> x, std::size_t e) {
     return static_cast<double>(ref::from_bits(c.dtype, x[e]));
   };
   GradientError dq, dk, dv;
-  const std::pair<int, int> pairs[] = {{0, 0}, {c.batch - 1, c.heads_q - 1}};
-  for (const auto& [b, h] : pairs) {
+  for (const auto& [b, h] : sampled_heads(c)) {
+    const int sq = problem.seq_q(b), sk = problem.seq_k(b);
     const int h_kv = problem.kv_head(h);
     // delta of every query row of the group's heads; group head g is query head h_kv * group + g.
     std::vector<double> delta(static_cast<std::size_t>(group) * sq);
@@ -138,9 +123,10 @@ Verification verify_backward(const Case& c, const BackwardData& t) {
       const int head = h_kv * group + g;
       const float* q_row = t.q.data() + problem.q_index(b, i, head);
       const std::size_t kv = problem.kv_index(b, j, h_kv);
-      p = std::exp(problem.scale * dot(q_row, t.k.data() + kv, head_dim) - t.lse[problem.lse_index(b, head, i)]);
-      ds = p * (dot(t.dout.data() + problem.q_index(b, i, head), t.v.data() + kv, head_dim) -
-                delta[static_cast<std::size_t>(g) * sq + i]);
+      const double score = ref::detail::score<double>(problem, q_row, t.k.data() + kv);
+      p = std::exp(score - t.lse[problem.lse_index(b, head, i)]);
+      const double dp = ref::detail::dot<double>(t.dout.data() + problem.q_index(b, i, head), t.v.data() + kv, head_dim);
+      ds = p * (dp - delta[static_cast<std::size_t>(g) * sq + i]) * ref::detail::score_derivative(problem, score);
       return true;
     };
     std::vector<double> acc_a(head_dim), acc_b(head_dim);

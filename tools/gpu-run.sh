@@ -2,10 +2,11 @@
 # The one GPU job: build with ninja on all cores, run the tests (GPU and CPU), compute-sanitizer on a small case
 # of every kernel, then benchmark flash4 and its peers, forward and backward, in the
 # same run. Writes few files into the folder given as $1 (default $OUT, else ./gpu-out), since the device returns at most 8:
-#   build.log   device, configure, build, spill check
+#   build.log   device, configure, build, spill check and ptxas's report of every kernel, then the benchmarks'
+#               stderr (progress lines) and notes
 #   tests.log   ctest (with FLASH4_PREBUILT: the GPU test shards), then compute-sanitizer memcheck and racecheck
-#   bench.log   the benchmarks' stderr and notes
 #   bench.json  every benchmark row (tools/merge_bench.py)
+#   bench.png   TFLOPS against N, flash4 and each peer, a panel per (mode, D, causal) (tools/plot_bench.py)
 # plus whatever tools/gpu-python.sh writes, when it exists. Prints the tests' summary and a short TFLOPS table last.
 #   tools/gpu-run.sh [OUT_DIR] [--quick|--bench]   --quick: build and tests only; --bench: build (a no-op
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
@@ -53,7 +54,8 @@ else
   { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASH4_CMAKE_ARGS:-} &&
     cmake --build "$build" -j "$(nproc)"; } >>"$out/build.log" 2>&1 ||
     { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
-  "$root/tools/check-spills.sh" "$out/build.log" || status=1
+  cat "$build"/CMakeFiles/flash4.dir/generated/*.ptxas.log >>"$out/build.log"
+  "$root/tools/check-spills.sh" "$build" | tee -a "$out/build.log" || status=1
 fi
 
 if [ "$mode" != "--bench" ]; then
@@ -134,29 +136,30 @@ echo "== bench"
 mkdir -p "$raw" && rm -f "$raw"/*.jsonl
 dims=${FLASH4_BENCH_DIMS-64,96,128,192,256}
 bwd_dims=${FLASH4_BENCH_BWD_DIMS-64,128}
-: >"$out/bench.log"
+bench_log=$out/build.log  # one file fewer: the device returns at most 8, and gpu-python.sh writes 4
+echo "== bench" >>"$bench_log"
 for d in ${dims//,/ }; do
-  "$bench_bin" --all --json --flush-l2 --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$out/bench.log" || status=1
+  "$bench_bin" --all --json --flush-l2 --D "$d" >"$raw/flash4-fwd-d$d.jsonl" 2>>"$bench_log" || status=1
 done
 for d in ${bwd_dims//,/ }; do
-  "$bench_bin" --all --json --mode bwd --flush-l2 --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$out/bench.log"
+  "$bench_bin" --all --json --mode bwd --flush-l2 --D "$d" >"$raw/flash4-bwd-d$d.jsonl" 2>>"$bench_log"
   rc=$?
   # Exit status 2 (NOT_IMPLEMENTED) is kept for libraries without a backward; the current one never answers it.
-  if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$out/bench.log"
+  if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$bench_log"
   elif [ $rc -ne 0 ]; then status=1; fi
 done
-echo "== peers" >>"$out/bench.log"
+echo "== peers" >>"$bench_log"
 peers=${FLASH4_PEERS:-sdpa_cudnn,sdpa_flash(FA2),fa4_cute}
 [ -z "$dims" ] || python3 "$root/bench/peers.py" --dims "$dims" --modes fwd --providers "$peers" >"$raw/peers-fwd.jsonl" \
-  2>>"$out/bench.log" || status=1
+  2>>"$bench_log" || status=1
 [ -z "$bwd_dims" ] || python3 "$root/bench/peers.py" --dims "$bwd_dims" --modes bwd --providers "$peers" \
-  >"$raw/peers-bwd.jsonl" 2>>"$out/bench.log" || status=1
+  >"$raw/peers-bwd.jsonl" 2>>"$bench_log" || status=1
 # The forward as a user calls it: flash4.flash_attn_func from Python, timed like the peers (the kernel alone
 # is flash4-bench's row).
 library=${prebuilt:+$prebuilt/libflash4.so.0}
 if [ -n "$dims" ]; then
   FLASH4_LIBRARY=${library:-$build/libflash4.so} python3 "$root/bench/peers.py" --dims "$dims" --modes fwd \
-    --providers flash4 2>>"$out/bench.log" | sed 's/"provider": "flash4"/"provider": "flash4_python"/' \
+    --providers flash4 2>>"$bench_log" | sed 's/"provider": "flash4"/"provider": "flash4_python"/' \
     >"$raw/flash4-python-fwd.jsonl" || status=1
 fi
 software="$(python3 -c 'import torch,triton;print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, triton {triton.__version__}")'), $(nvcc --version | tail -1)"
@@ -164,7 +167,8 @@ python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   --commit "${FLASH4_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
   --device "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" --software "$software" \
   --method "flash4: flash4-bench --flush-l2, median of per-launch CUDA event pairs after warm-up, a 256 MB buffer zeroed before each launch; peers: bench/peers.py, triton do_bench median (the same zeroing); same machine, same run" \
-  >"$raw/table.txt" 2>>"$out/bench.log" || status=1
+  >"$raw/table.txt" 2>>"$bench_log" || status=1
+python3 "$root/tools/plot_bench.py" "$out/bench.json" >>"$bench_log" 2>&1 || { echo "bench plot failed (build.log)"; status=1; }
 
 if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ] && [ -z "$prebuilt" ]; then
   echo "== python"

@@ -10,6 +10,8 @@ other tracing they go through the torch operators flash4::fwd, flash4::bwd, flas
 flash4::varlen_bwd (flash4.ops).
 """
 
+from pathlib import Path
+
 from ._abi import Flash4Error, Flash4NotImplementedError
 from ._loader import Flash4LibraryError, library_version
 from .interface import flash_attn_func, flash_attn_varlen_func
@@ -21,8 +23,8 @@ from .packed import (
     flash_attn_varlen_qkvpacked_func,
 )
 
-# The package version; pyproject.toml reads it from here.
-__version__ = "0.1.0"
+# The package version: the project's one version file, which CMakeLists.txt and pyproject.toml read too.
+__version__ = (Path(__file__).parent / "VERSION").read_text().strip()
 
 __all__ = [
     "Flash4Error",

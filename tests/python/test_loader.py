@@ -86,9 +86,10 @@ def test_load_library_follows_the_env_var(stub_library, monkeypatch):
         _loader.load_library.cache_clear()
 
 
-def test_the_package_version_is_the_cmake_project_version():
-    cmake = (REPO_ROOT / "CMakeLists.txt").read_text()
-    assert re.search(r"project\(flash4 VERSION ([0-9.]+)", cmake).group(1) == flash4.__version__
+def test_the_package_version_is_the_one_version_file():
+    assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", flash4.__version__)
+    assert flash4.__version__ == (REPO_ROOT / "python" / "flash4" / "VERSION").read_text().strip()
+    assert "python/flash4/VERSION" in (REPO_ROOT / "CMakeLists.txt").read_text()
 
 
 def test_the_real_library_loads(real_library):
