@@ -122,8 +122,7 @@ std::string check_plan(const flash4_fwd_params& c) {
 
 std::string check_plan(const flash4_bwd_params& c) {
   const host::BwdPlan plan = host::plan_backward(c);
-  const Int cluster = plan.tile.cluster_ctas;
-  const Int tiles = ceil_div(ceil_div(longest(c, false), plan.tile.block_n), cluster) * cluster * c.batch * c.heads_kv;
+  const Int tiles = ceil_div(longest(c, false), plan.tile.block_n) * c.batch * c.heads_kv;
   if (plan.num_tiles != tiles) return "backward plan has " + text(plan.num_tiles) + " tiles, the problem " + text(tiles);
   if (plan.m_blocks_max != ceil_div(longest(c, true), plan.tile.block_m)) return "backward query blocks miscounted";
   const Int accumulator = Int{plan.dq_copies} * c.heads_q * rows(c, true) * c.head_dim * 4;
