@@ -69,10 +69,13 @@ class _Attention(torch.autograd.Function):
         call = ctx.call
         if call.split is unpacked:
             return (None, *_launch.backward(dout, *inputs, out, lse, call.options, call.varlen))
-        # A packed input's gradient is one packed tensor, written in place through the split.
+        # A packed input's gradient is one packed tensor. The kernels write dq, dk and dv apart and they are
+        # copied into it: written in place through the split, they would interleave in one buffer, which the
+        # C ABI rejects as overlapping outputs (its rule is a sufficient test of overlap, not an exact one).
         grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
-        q, k, v = call.split(*inputs)
-        _launch.backward(dout, q, k, v, out, lse, call.options, call.varlen, grads=call.split(*grads))
+        separate = _launch.backward(dout, *call.split(*inputs), out, lse, call.options, call.varlen)
+        for view, grad in zip(call.split(*grads), separate):
+            view.copy_(grad)
         return (None, *grads)
 
 

@@ -233,9 +233,9 @@ def kvcache(
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, num_splits: int,
 ) -> tuple[Tensor, Tensor]:
     """The append (into k_cache / v_cache, in place) and the attention; out (B, Sq, Hq, D), lse (B, Hq, Sq)."""
-    q = _launch.tma_ready(q)  # 16-byte aligned with 16-byte strides, else a packed copy (the cache is never copied)
+    q, _ = _launch.tma_ready(q)  # 16-byte aligned with 16-byte strides, else a packed copy (the cache never is)
     if k is not None:
-        k, v = _launch.tma_ready(k), _launch.tma_ready(v)
+        (k, _), (v, _) = _launch.tma_ready(k), _launch.tma_ready(v)
     out, lse = _empty_outputs(q)
     params = kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_batch_idx, block_table,
                             softmax_scale, causal, window_left, window_right, softcap, num_splits)

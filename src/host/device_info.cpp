@@ -18,6 +18,15 @@ flash4_status current_device_info(DeviceInfo& info, std::string& message) {
   static std::array<bool, kMaxDevices> cached{};
   static std::mutex mutex;
 
+  // A thread that has made no runtime call yet (autograd runs the backward on threads of its own) may have
+  // no current context, and the driver's tensor-map encoder then fails (CUDA_ERROR_INVALID_CONTEXT).
+  // cudaFree(nullptr) does nothing but initialize the runtime on this thread: it binds the device's primary
+  // context where no context is current, and leaves a current one alone.
+  thread_local bool runtime_ready = false;
+  if (!runtime_ready) {
+    if (cudaFree(nullptr) == cudaSuccess) runtime_ready = true;
+    cudaGetLastError();
+  }
   int device = 0;
   const cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) {
