@@ -15,7 +15,7 @@
 # FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
 # FLASH4_SANITIZE_TOOLS (default "memcheck racecheck"; empty: none. memcheck alone took 4 minutes over the default
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
-# FLASH4_PYTHON=0 (skip tools/gpu-python.sh, to run it as a command of its own), FLASH4_PREBUILT=DIR (no build:
+# FLASH4_PYTHON=0 (skip tools/gpu-python.sh and the forward's Python-call rows, to run them as a command of their own), FLASH4_PREBUILT=DIR (no build:
 # DIR holds flash4-bench, flash4_gpu_tests and libflash4.so.0 built elsewhere and carried to the device; the tests
 # are then the GPU test binary alone, in FLASH4_TEST_SHARDS (default 8) parallel shards, and the Python part is skipped).
 set -uo pipefail
@@ -157,7 +157,7 @@ peers=${FLASH4_PEERS:-sdpa_cudnn,sdpa_flash(FA2),fa4_cute}
 # The forward as a user calls it: flash4.flash_attn_func from Python, timed like the peers (the kernel alone
 # is flash4-bench's row).
 library=${prebuilt:+$prebuilt/libflash4.so.0}
-if [ -n "$dims" ]; then
+if [ -n "$dims" ] && [ "${FLASH4_PYTHON:-1}" != 0 ]; then
   FLASH4_LIBRARY=${library:-$build/libflash4.so} python3 "$root/bench/peers.py" --dims "$dims" --modes fwd \
     --providers flash4 2>>"$bench_log" | sed 's/"provider": "flash4"/"provider": "flash4_python"/' \
     >"$raw/flash4-python-fwd.jsonl" || status=1

@@ -116,6 +116,12 @@ def check_device_values(cache_seqlens, seqlen_new, capacity, cache_slots, cache_
     raise ValueError(f"{name}{index} = {int(value)}; it must lie in {allowed}")
 
 
+def _has_address(t):
+    """False for the fake tensors of tracing (torch.compile, FakeTensorMode), which have no address; checked
+    for compiling first, since dynamo refuses to trace is_fake."""
+    return not torch.compiler.is_compiling() and not is_fake(t)
+
+
 def _check_tensors(q, k_cache, v_cache, k, v, paged):
     layout = "(num_pages, page_size, heads_kv, head_dim)" if paged else "(cache_batch, capacity, heads_kv, head_dim)"
     named = [("q", q, "(batch, seqlen_q, heads_q, head_dim)"), ("k_cache", k_cache, layout),
@@ -151,7 +157,7 @@ def _check_tensors(q, k_cache, v_cache, k, v, paged):
                          f"heads_kv={heads_kv}, head_dim={head_dim})")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         step = _CHUNK_BYTES // t.element_size()
-        misaligned = not is_fake(t) and t.data_ptr() % _CHUNK_BYTES  # fake tensors (tracing) have no address
+        misaligned = _has_address(t) and t.data_ptr() % _CHUNK_BYTES
         if misaligned or any(size > 1 and (s <= 0 or s % step) for size, s in zip(t.shape[:-1], t.stride()[:-1])):
             raise ValueError(f"{name} must start at a 16-byte aligned address and have strides that are positive "
                              f"multiples of {step} elements (got strides {t.stride()}); it is updated in place, so "

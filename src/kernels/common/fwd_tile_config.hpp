@@ -38,24 +38,14 @@ struct FwdTileConfig {
   FLASH4_HD constexpr int col_blocks() const { return head_dim / box_cols(); }
   FLASH4_HD constexpr int q_bytes() const { return block_m() * head_dim * kElementBytes; }
   FLASH4_HD constexpr int kv_stage_bytes() const { return block_n * head_dim * kElementBytes; }
-  FLASH4_HD constexpr int mainloop_smem_bytes(int q_buffers) const {
-    return kSmemAlignment + q_buffers * q_bytes() + 2 * stages * kv_stage_bytes() + kSmemBarrierBytes;
+  FLASH4_HD constexpr int mainloop_smem_bytes() const {
+    return kSmemAlignment + q_bytes() + 2 * stages * kv_stage_bytes() + kSmemBarrierBytes;
   }
-  // The epilogue stages O (block_m x head_dim, the size of Q) in shared memory for a TMA store.
+  // The epilogue stages O (block_m x head_dim, the size of Q) in shared memory for a TMA store where it
+  // fits beside the main loop's buffers; otherwise O is stored from registers.
   FLASH4_HD constexpr int o_bytes() const { return q_bytes(); }
-  // Two Q buffers where they fit beside the K/V ring and the O staging: the next tile's Q then loads while
-  // the current tile runs, and its first QK product goes out under the current tile's last PV product and
-  // epilogue (consumer.cuh). At head dims 192 and 256 Q and the ring leave room for neither.
-  FLASH4_HD constexpr int q_buffers() const {
-    return mainloop_smem_bytes(2) + o_bytes() <= kSmemBytesPerBlockMax ? 2 : 1;
-  }
-  // O goes through shared memory where it fits beside the main loop's buffers; else from registers.
-  FLASH4_HD constexpr bool stages_output() const {
-    return mainloop_smem_bytes(q_buffers()) + o_bytes() <= kSmemBytesPerBlockMax;
-  }
-  FLASH4_HD constexpr int smem_bytes() const {
-    return mainloop_smem_bytes(q_buffers()) + (stages_output() ? o_bytes() : 0);
-  }
+  FLASH4_HD constexpr bool stages_output() const { return mainloop_smem_bytes() + o_bytes() <= kSmemBytesPerBlockMax; }
+  FLASH4_HD constexpr int smem_bytes() const { return mainloop_smem_bytes() + (stages_output() ? o_bytes() : 0); }
   FLASH4_HD constexpr int threads() const { return (1 + consumer_warpgroups) * kWarpgroupThreads; }
   // Registers per thread at launch (__launch_bounds__(threads, 1)): the file split evenly, in the
   // allocation granule of 8. setmaxnreg can only redistribute this pool: a split that asks for more
@@ -101,7 +91,6 @@ FLASH4_CHECK_TILE(128)
 FLASH4_CHECK_TILE(192)
 FLASH4_CHECK_TILE(256)
 #undef FLASH4_CHECK_TILE
-static_assert(fwd_tile_config(128).stages_output() && fwd_tile_config(128).q_buffers() == 2,
-              "D = 128 is meant to double-buffer Q and store O with TMA");
+static_assert(fwd_tile_config(128).stages_output(), "D = 128 is meant to store O with TMA");
 
 }  // namespace flash4

@@ -46,12 +46,10 @@ struct FwdConsumer {
   using MmaS = WgmmaSS<kBlockN, kIsBf16>;
   using MmaO = WgmmaRS<kHeadDim, kIsBf16>;
   using Epilogue = FwdEpilogue<Element, kHeadDim>;
-  using QueryBuffer = RingPosition<kCfg.q_buffers()>;  // the Q buffer of the next tile with keys
-  static constexpr bool kOverlapTiles = kCfg.q_buffers() > 1;
 
   int warpgroup;  // 0 .. kWarpgroups - 1 among the consumers
   char* smem;
-  typename Layout::Barriers* bars;
+  FwdBarriers<kCfg.stages>* bars;
 
   __device__ __forceinline__ void wait_turn() const {
     if constexpr (kCfg.ping_pong) named_barrier_sync(kFwdTurnBarrierBase + warpgroup, kTurnThreads);
@@ -67,9 +65,9 @@ struct FwdConsumer {
     if (threadIdx.x % 32 == 0) mbarrier_arrive(barrier);
   }
 
-  // Issues S = Q K^T for this warpgroup's 64 rows of Q buffer `q_buffer` against the K tile in `stage`.
-  __device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], int q_buffer, int stage) const {
-    const char* q = smem + Layout::kQOffset + q_buffer * kCfg.q_bytes() + warpgroup * kRowsPerConsumerWarpgroup * kSwizzle;
+  // Issues S = Q K^T for this warpgroup's 64 rows against the K tile in `stage`.
+  __device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], int stage) const {
+    const char* q = smem + Layout::kQOffset + warpgroup * kRowsPerConsumerWarpgroup * kSwizzle;
     const char* k = smem + Layout::kKOffset + stage * kCfg.kv_stage_bytes();
     const uint64_t q_desc = make_smem_descriptor(q, 16, kCoreGroupBytes, kSwizzleMode);
     const uint64_t k_desc = make_smem_descriptor(k, 16, kCoreGroupBytes, kSwizzleMode);
@@ -126,34 +124,27 @@ struct FwdConsumer {
     return warpgroup * kRowsPerConsumerWarpgroup + warp_in_group * 16 + (threadIdx.x % 32) / 4;
   }
 
-  static __device__ __forceinline__ bool has_keys(const TileWork& work) { return work.has_rows && work.keys.count() > 0; }
-
-  // Waits for the Q and first K of the next tile with keys, then issues its first QK product: S for its
-  // last key block, outside the turn ring.
-  __device__ __forceinline__ void wait_first_operands(const RingPosition<kCfg.stages>& ring, const QueryBuffer& q) {
-    mbarrier_wait(&bars->q_full[q.stage], q.phase);
-    mbarrier_wait(&bars->k_full[ring.stage], ring.phase);
-  }
-  __device__ __forceinline__ void issue_first_qk(float (&s)[kBlockN / 2], const RingPosition<kCfg.stages>& ring,
-                                                 const QueryBuffer& q) {
-    wgmma_fence();
-    issue_qk(s, q.stage, ring.stage);
-    wgmma_commit();
-  }
-
-  // One tile's key blocks, last to first, into o and softmax, from its first S (its QK product complete)
-  // through every QK product: the tile's last PV product is left to the caller, which may issue it next
-  // to the next tile's first QK. Returns the stage of that last V.
-  __device__ __forceinline__ RingPosition<kCfg.stages> attend(const FwdKernelParams& p, const TileWork& work,
-                                                              float (&o)[kHeadDim / 2], float (&s)[kBlockN / 2],
-                                                              uint32_t (&pfrag)[kBlockN / 16][4], Softmax& softmax,
-                                                              RingPosition<kCfg.stages>& ring, QueryBuffer& q) {
+  // The key blocks of one tile, last to first, into o and softmax.
+  __device__ __forceinline__ void attend(const FwdKernelParams& p, const TileWork& work, float (&o)[kHeadDim / 2],
+                                         Softmax& softmax, RingPosition<kCfg.stages>& ring, uint32_t& q_full_parity) {
+    float s[kBlockN / 2];
+    uint32_t pfrag[kBlockN / 16][4];
     float factor[2];
+
+    mbarrier_wait(&bars->q_full, q_full_parity);
+    q_full_parity ^= 1;
+
+    // First key block (the last one in key order): S only. O is still zero, so its rescale is moot.
     int block = work.keys.end - 1;
+    mbarrier_wait(&bars->k_full[ring.stage], ring.phase);
+    wgmma_fence();
+    issue_qk(s, ring.stage);
+    wgmma_commit();
+    wgmma_wait<0>();
     pin_registers(s);
     release(&bars->k_empty[ring.stage]);
     score(s, p, work, block);
-    softmax.step(s, p.scale_log2, factor);  // O is still zero: the first step's rescale is moot
+    softmax.step(s, p.scale_log2, factor);
     convert_p(s, pfrag);
     RingPosition<kCfg.stages> previous = ring;
     ring.advance();
@@ -163,7 +154,7 @@ struct FwdConsumer {
       mbarrier_wait(&bars->v_full[previous.stage], previous.phase);
       wait_turn();
       wgmma_fence();
-      issue_qk(s, q.stage, ring.stage);
+      issue_qk(s, ring.stage);
       wgmma_commit();
       issue_pv(o, pfrag, previous.stage);
       wgmma_commit();
@@ -182,120 +173,39 @@ struct FwdConsumer {
       previous = ring;
       ring.advance();
     }
-    release(&bars->q_empty[q.stage]);  // every QK product of the tile has completed
-    q.advance();
-    return previous;
-  }
+    release(&bars->q_empty);  // every QK product of the tile has completed
 
-  // Normalizes and stores the tile's output and hands its slot back to the producer.
-  __device__ __forceinline__ void finish_tile(const FwdKernelParams& p, const TileWork& work, int number,
-                                              const float (&o)[kHeadDim / 2], const Softmax& softmax) {
-    float inv_sum[2];
-    float lse[2];
-    softmax.finish(inv_sum, lse);
-    Epilogue::store(p, work, warpgroup, smem, work.m0 + row_in_tile(), o, inv_sum, lse);
-    free_tile(bars, number);
-  }
-
-  // The last PV product of a tile whose QK products are done (attend).
-  __device__ __forceinline__ void issue_last_pv(float (&o)[kHeadDim / 2], const uint32_t (&pfrag)[kBlockN / 16][4],
-                                                const RingPosition<kCfg.stages>& last_v) {
-    mbarrier_wait(&bars->v_full[last_v.stage], last_v.phase);
+    // Last PV product.
+    mbarrier_wait(&bars->v_full[previous.stage], previous.phase);
     wgmma_fence();
-    issue_pv(o, pfrag, last_v.stage);
+    issue_pv(o, pfrag, previous.stage);
     wgmma_commit();
+    wgmma_wait<0>();
+    pin_registers(o);
+    release(&bars->v_empty[previous.stage]);
   }
 
   __device__ void run(const FwdKernelParams& p) {
     if (warpgroup == kWarpgroups - 1) pass_turn();  // warpgroup 0 issues first
-    if constexpr (kOverlapTiles) {
-      run_overlapped(p);
-    } else {
-      run_tile_by_tile(p);
-    }
-    Epilogue::drain();
-  }
 
-  // Each tile from its first QK product to its epilogue.
-  __device__ __forceinline__ void run_tile_by_tile(const FwdKernelParams& p) {
     RingPosition<kCfg.stages> ring;
-    QueryBuffer q;
+    uint32_t q_full_parity = 0;
     for (int number = 0;; ++number) {
       const TileWork& work = wait_tile(bars, number);
-      if (!work.has_rows) return;
+      if (!work.has_rows) break;
       float o[kHeadDim / 2];
 #pragma unroll
       for (int r = 0; r < kHeadDim / 2; ++r) o[r] = 0.0f;
       Softmax softmax;
       softmax.reset();
-      if (has_keys(work)) {
-        float s[kBlockN / 2];
-        uint32_t pfrag[kBlockN / 16][4];
-        wait_first_operands(ring, q);
-        issue_first_qk(s, ring, q);
-        wgmma_wait<0>();
-        const RingPosition<kCfg.stages> last_v = attend(p, work, o, s, pfrag, softmax, ring, q);
-        issue_last_pv(o, pfrag, last_v);
-        wgmma_wait<0>();
-        pin_registers(o);
-        release(&bars->v_empty[last_v.stage]);
-      }
-      finish_tile(p, work, number, o, softmax);
+      if (work.keys.count() > 0) attend(p, work, o, softmax, ring, q_full_parity);
+      float inv_sum[2];
+      float lse[2];
+      softmax.finish(inv_sum, lse);
+      Epilogue::store(p, work, warpgroup, smem, work.m0 + row_in_tile(), o, inv_sum, lse);
+      free_tile(bars, number);
     }
-  }
-
-  // With Q double-buffered, the next tile's first QK product is issued right behind this tile's last PV
-  // product, and this tile's epilogue runs under it: short tiles otherwise leave the tensor cores idle at
-  // every tile boundary. Each of the four cases (this tile with keys or not, the next one too) is written
-  // out with its own waits, and every pass of the loop ends with no wgmma in flight: ptxas cannot follow
-  // wgmma groups across a branch or a loop back-edge, and would otherwise serialize every wgmma of the
-  // kernel. The waits for the next tile's operands come before the last PV issue for the same reason.
-  __device__ __forceinline__ void run_overlapped(const FwdKernelParams& p) {
-    RingPosition<kCfg.stages> ring;
-    QueryBuffer q;
-    float s[kBlockN / 2];  // between passes: the next tile's first S, computed
-    const TileWork* work = &wait_tile(bars, 0);
-    if (has_keys(*work)) {
-      wait_first_operands(ring, q);
-      issue_first_qk(s, ring, q);
-      wgmma_wait<0>();
-    }
-    for (int number = 0; work->has_rows; ++number) {
-      float o[kHeadDim / 2];
-#pragma unroll
-      for (int r = 0; r < kHeadDim / 2; ++r) o[r] = 0.0f;
-      Softmax softmax;
-      softmax.reset();
-      uint32_t pfrag[kBlockN / 16][4];
-      const bool keys = has_keys(*work);
-      RingPosition<kCfg.stages> last_v;
-      if (keys) last_v = attend(p, *work, o, s, pfrag, softmax, ring, q);
-      const TileWork* next = &wait_tile(bars, number + 1);
-      if (has_keys(*next)) {
-        wait_first_operands(ring, q);
-        if (keys) {
-          issue_last_pv(o, pfrag, last_v);
-          issue_first_qk(s, ring, q);
-          wgmma_wait<1>();  // the last PV product; the next tile's first QK runs on
-          pin_registers(o);
-          release(&bars->v_empty[last_v.stage]);
-          finish_tile(p, *work, number, o, softmax);
-        } else {
-          issue_first_qk(s, ring, q);
-          finish_tile(p, *work, number, o, softmax);
-        }
-        wgmma_wait<0>();
-      } else if (keys) {
-        issue_last_pv(o, pfrag, last_v);
-        wgmma_wait<0>();
-        pin_registers(o);
-        release(&bars->v_empty[last_v.stage]);
-        finish_tile(p, *work, number, o, softmax);
-      } else {
-        finish_tile(p, *work, number, o, softmax);
-      }
-      work = next;
-    }
+    Epilogue::drain();
   }
 };
 

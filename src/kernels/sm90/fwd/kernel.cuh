@@ -11,7 +11,6 @@
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/producer.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
-#include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
 
@@ -28,24 +27,19 @@ __global__ void __launch_bounds__(fwd_tile_config(kHeadDim).threads(), 1)
                 "register split exceeds the CTA's launch allocation: setmaxnreg.inc would never return");
 
   extern __shared__ char smem_raw[];
-  // Dynamic shared memory is only guaranteed 16-byte aligned; swizzle atoms need 1 KiB. The operand
-  // buffers' base is rounded as an integer (aligned through the shared window instead, ptxas hoisted
-  // their descriptors out of the main loop and spilled them at D = 256); the barriers and tile slots are
-  // reached through the shared window (align_shared), so the consumers' reads of the slots are 32-bit
-  // shared loads rather than generic ones holding a 64-bit address.
+  // Dynamic shared memory is only guaranteed 16-byte aligned; swizzle atoms need 1 KiB. Rounded as an
+  // integer, not with align_shared (ptx/shared.cuh) as in the backward: that version was slower here.
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSmemAlignment - 1) &
                                        ~uintptr_t(kSmemAlignment - 1));
-  auto* bars = reinterpret_cast<typename Layout::Barriers*>(align_shared<kSmemAlignment>(smem_raw) + Layout::kBarrierOffset);
+  auto* bars = reinterpret_cast<FwdBarriers<kCfg.stages>*>(smem + Layout::kBarrierOffset);
   const int consumer_warps = kConsumerWarpsPerCta(kCfg.consumer_warpgroups);
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&params.tma_q);
     tma_prefetch_descriptor(&params.tma_k);
     tma_prefetch_descriptor(&params.tma_v);
-    for (int buffer = 0; buffer < kCfg.q_buffers(); ++buffer) {
-      mbarrier_init(&bars->q_full[buffer], 1);
-      mbarrier_init(&bars->q_empty[buffer], consumer_warps);
-    }
+    mbarrier_init(&bars->q_full, 1);
+    mbarrier_init(&bars->q_empty, consumer_warps);
     for (int stage = 0; stage < kCfg.stages; ++stage) {
       mbarrier_init(&bars->k_full[stage], 1);
       mbarrier_init(&bars->v_full[stage], 1);

@@ -1,9 +1,8 @@
 // The producer role: one thread of the producer warpgroup claims the CTA's tiles, resolves each and hands
-// it to the consumers through the tile slots (pipeline.cuh), and streams its operands through shared
-// memory with TMA: K of the tile's first key block, then Q into the next Q buffer once the consumers are
-// done with that buffer's previous tile, then the key blocks last to first with each block's V one block
-// behind its K, the order in which the consumers use them (S of block j + 1 is issued with the PV product
-// of block j).
+// it to the consumers through the tile slots (pipeline.cuh), and streams its operands through the shared-memory
+// ring with TMA: K of the tile's first key block, then Q once the consumers are done with the previous
+// tile's Q, then the key blocks last to first with each block's V one block behind its K, the order in
+// which the consumers use them (S of block j + 1 is issued with the PV product of block j).
 #pragma once
 
 #include "kernels/common/fwd_params.hpp"
@@ -21,9 +20,9 @@ struct FwdProducer {
 
   const FwdKernelParams& p;
   char* smem;
-  typename Layout::Barriers* bars;
+  FwdBarriers<kCfg.stages>* bars;
   RingPosition<kCfg.stages> ring;  // the stage of the next V load; its block's K went into the same stage
-  RingPosition<kCfg.q_buffers()> q;  // the Q buffer of the next tile with keys
+  uint32_t q_empty_parity = 1;  // the first wait passes: the buffer starts empty
 
   // Loads one tile-shaped operand box by box; boxes are swizzle-width column slices stacked in smem.
   __device__ __forceinline__ static void load_boxes(char* dst, const CUtensorMap* map, uint64_t* barrier, int rows,
@@ -46,11 +45,11 @@ struct FwdProducer {
   __device__ __forceinline__ void load_tile(const TileWork& work) {
     const int last = work.keys.end - 1;
     load_kv(&p.tma_k, Layout::kKOffset, bars->k_full, bars->k_empty, ring, work, last);
-    mbarrier_wait(&bars->q_empty[q.stage], q.phase ^ 1);
-    mbarrier_arrive_expect_bytes(&bars->q_full[q.stage], kCfg.q_bytes());
-    load_boxes(smem + Layout::kQOffset + q.stage * kCfg.q_bytes(), &p.tma_q, &bars->q_full[q.stage], kCfg.block_m(),
-               work.q_row_base + work.m0, work.head, work.tma_batch);
-    q.advance();
+    mbarrier_wait(&bars->q_empty, q_empty_parity);
+    q_empty_parity ^= 1;
+    mbarrier_arrive_expect_bytes(&bars->q_full, kCfg.q_bytes());
+    load_boxes(smem + Layout::kQOffset, &p.tma_q, &bars->q_full, kCfg.block_m(), work.q_row_base + work.m0, work.head,
+               work.tma_batch);
     for (int block = last; block >= work.keys.begin; --block) {
       if (block > work.keys.begin) {
         RingPosition<kCfg.stages> next = ring;
