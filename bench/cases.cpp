@@ -113,7 +113,7 @@ ref::Problem to_problem(const Case& c) {
 }
 
 double visible_pairs(int sq, int sk, bool causal, int window_left, int window_right) {
-  const int right = causal ? 0 : window_right;  // the C ABI allows window_right -1 or 0 with causal
+  const int right = causal ? 0 : window_right;  // causal makes the right edge 0 (the C ABI, as FlashAttention)
   double pairs = 0;
   for (int i = 0; i < sq; ++i) {
     const long long diagonal = static_cast<long long>(i) + sk - sq;  // the key aligned with query i

@@ -100,7 +100,7 @@ Parsed parse_options(int argc, const char* const* argv) {
   std::vector<int> window;
   app.add_option("--window", window,
                  "sliding window L,R: query i sees keys i+Sk-Sq-L .. i+Sk-Sq+R; -1 is unbounded "
-                 "(with --causal 1, R must be -1 or 0)")
+                 "(with --causal 1 the right edge is 0, as FlashAttention reads causal)")
       ->expected(2)
       ->delimiter(',')
       ->check(at_least(kNoWindow));
