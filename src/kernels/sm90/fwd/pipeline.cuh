@@ -62,7 +62,7 @@ __device__ __forceinline__ void publish_tile(FwdBarriers<kStages>* bars, int num
 }
 
 // A consumer's side: waits for the CTA's tile `number` and returns its slot, which stays the consumers'
-// until every consumer warp has called free_tile.
+// until every consumer thread has called free_tile.
 template <int kStages>
 __device__ __forceinline__ const TileWork& wait_tile(FwdBarriers<kStages>* bars, int number) {
   const int slot = TileHandout::slot(number);
