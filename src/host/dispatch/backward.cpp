@@ -11,16 +11,14 @@
 #include "host/dispatch/registry.hpp"
 #include "host/forward.hpp"
 #include "host/tma_descriptor.hpp"
+#include "host/workspace_check.hpp"
 
 namespace flash4::host {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr std::size_t kWorkspaceAlignment = 256;
 
 TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
-
-std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
 
 }  // namespace
 
@@ -40,21 +38,11 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
     return result;
   }
   const BwdPlan plan = plan_backward(p);
-  if (p.workspace == nullptr || p.workspace_bytes < plan.workspace.total) {
-    result.status = FLASH4_ERROR_INVALID_ARGUMENT;
-    result.message = "workspace: the backward needs " + size_text(plan.workspace.total) + " of device memory (got " +
-                     (p.workspace == nullptr ? std::string("NULL") : size_text(p.workspace_bytes)) +
-                     "); size it with flash4_bwd_workspace_size";
-    return result;
-  }
   // The bulk copies into and out of the workspace need 16-byte aligned addresses; its arrays sit at
-  // 256-byte offsets from the base, so the base must be 256-byte aligned (cudaMalloc gives that).
-  if (reinterpret_cast<std::uintptr_t>(p.workspace) % kWorkspaceAlignment != 0) {
-    result.status = FLASH4_ERROR_MISALIGNED;
-    result.message = "workspace: the address must be " + std::to_string(kWorkspaceAlignment) +
-                     "-byte aligned (cudaMalloc and torch's allocator give that; an offset into a byte pool may not)";
-    return result;
-  }
+  // 256-byte offsets from the base, so the base must have the workspace alignment.
+  result = check_workspace(p.workspace, p.workspace_bytes, plan.workspace.total, "the backward needs",
+                           "flash4_bwd_workspace_size");
+  if (result.status != FLASH4_SUCCESS) return result;
   DeviceInfo device;
   result.status = current_device_info(device, result.message);
   if (result.status != FLASH4_SUCCESS) return result;

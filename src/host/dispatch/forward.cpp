@@ -10,6 +10,7 @@
 #include "host/dispatch/registry.hpp"
 #include "host/planner.hpp"
 #include "host/tma_descriptor.hpp"
+#include "host/workspace_check.hpp"
 
 namespace flash4::host {
 namespace {
@@ -40,21 +41,10 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
                      "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including it";
     return result;
   }
-  const std::size_t workspace_bytes = forward_workspace_bytes(p);
-  if (workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace_bytes)) {
-    result.status = FLASH4_ERROR_INVALID_ARGUMENT;
-    result.message = "workspace: this forward (causal, windowed or varlen) claims its tiles from a counter in " +
-                     std::to_string(workspace_bytes) + " bytes of device workspace (got " +
-                     (p.workspace == nullptr ? std::string("NULL") : std::to_string(p.workspace_bytes) + " bytes") +
-                     "); size it with flash4_fwd_workspace_size";
-    return result;
-  }
-  if (workspace_bytes > 0 && reinterpret_cast<std::uintptr_t>(p.workspace) % kFwdWorkspaceBytes != 0) {
-    result.status = FLASH4_ERROR_MISALIGNED;
-    result.message = "workspace: the address must be " + std::to_string(kFwdWorkspaceBytes) +
-                     "-byte aligned (cudaMalloc and torch's allocator give that; an offset into a byte pool may not)";
-    return result;
-  }
+  result = check_workspace(p.workspace, p.workspace_bytes, forward_workspace_bytes(p),
+                           "this forward (causal, windowed or varlen) claims its tiles from a counter in",
+                           "flash4_fwd_workspace_size");
+  if (result.status != FLASH4_SUCCESS) return result;
   DeviceInfo device;
   result.status = current_device_info(device, result.message);
   if (result.status != FLASH4_SUCCESS) return result;

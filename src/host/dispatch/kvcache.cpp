@@ -11,6 +11,7 @@
 #include "built_decode_kernels.hpp"
 #include "host/device_info.hpp"
 #include "host/kvcache_plan.hpp"
+#include "host/workspace_check.hpp"
 #include "kernels/common/decode_params.hpp"
 
 namespace flash4::kernels {
@@ -40,7 +41,6 @@ constexpr DecodeEntry kEntries[] = {FLASH4_FOR_EACH_BUILT_DECODE_KERNEL(FLASH4_D
 #undef FLASH4_DECODE_ENTRY
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr std::size_t kWorkspaceAlignment = 256;
 
 const char* dtype_name(flash4_dtype dtype) { return dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16"; }
 
@@ -124,8 +124,6 @@ DecodeParams kernel_params(const flash4_kvcache_params& p, const KvcachePlan& pl
   return kp;
 }
 
-std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
-
 }  // namespace
 
 LaunchResult kvcache_workspace_bytes(const flash4_kvcache_params& p, std::size_t& bytes) {
@@ -148,22 +146,10 @@ LaunchResult launch_kvcache(const flash4_kvcache_params& p, flash4_stream_t stre
   KvcachePlan plan;
   result = plan_on_device(p, plan);
   if (result.status != FLASH4_SUCCESS) return result;
-  if (plan.workspace_bytes > 0) {
-    if (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes) {
-      result.status = FLASH4_ERROR_INVALID_ARGUMENT;
-      result.message = "workspace: this call runs " + std::to_string(plan.splits) + " splits and needs " +
-                       size_text(plan.workspace_bytes) + " of device memory (got " +
-                       (p.workspace == nullptr ? std::string("NULL") : size_text(p.workspace_bytes)) +
-                       "); size it with flash4_kvcache_workspace_size on the device of the call";
-      return result;
-    }
-    if (reinterpret_cast<std::uintptr_t>(p.workspace) % kWorkspaceAlignment != 0) {
-      result.status = FLASH4_ERROR_MISALIGNED;
-      result.message = "workspace: the address must be " + std::to_string(kWorkspaceAlignment) +
-                       "-byte aligned (cudaMalloc and torch's allocator give that)";
-      return result;
-    }
-  }
+  result = check_workspace(p.workspace, p.workspace_bytes, plan.workspace_bytes,
+                           "this call runs " + std::to_string(plan.splits) + " splits and needs",
+                           "flash4_kvcache_workspace_size on the device of the call");
+  if (result.status != FLASH4_SUCCESS) return result;
   DeviceInfo device;  // also when the plan did not need it: launching needs a Hopper device
   result.status = current_device_info(device, result.message);
   if (result.status != FLASH4_SUCCESS) return result;
