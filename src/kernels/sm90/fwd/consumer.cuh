@@ -144,7 +144,7 @@ struct FwdConsumer {
     pin_registers(s);
     release(&bars->k_empty[ring.stage]);
     score(s, p, work, block);
-    softmax.step(s, p.scale_log2, factor);
+    softmax.fold_sum(softmax.step(s, p.scale_log2), factor);
     convert_p(s, pfrag);
     RingPosition<kCfg.stages> previous = ring;
     ring.advance();
@@ -163,7 +163,12 @@ struct FwdConsumer {
       pin_registers(s);
       release(&bars->k_empty[ring.stage]);
       score(s, p, work, block);
-      const bool rescale = softmax.step(s, p.scale_log2, factor);
+      const bool rescale = softmax.step(s, p.scale_log2);
+      // ptxas places the wait for the PV product at the top of its basic block. The exponentials must come
+      // first, to run under that product: pinning S keeps the compiler from sinking them to their use in
+      // convert_p, and fold_sum's branch ends the block that holds them.
+      pin_registers(s);
+      softmax.fold_sum(rescale, factor);
       wgmma_wait<0>();
       pin_registers(o);
       pin_registers(pfrag);
