@@ -69,8 +69,8 @@ struct FwdConsumer {
   __device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], int stage) const {
     const char* q = smem + Layout::kQOffset + warpgroup * kRowsPerConsumerWarpgroup * kSwizzle;
     const char* k = smem + Layout::kKOffset + stage * kCfg.kv_stage_bytes();
-    const uint64_t q_desc = make_smem_descriptor(q, 16, kCoreGroupBytes, kSwizzleMode);
-    const uint64_t k_desc = make_smem_descriptor(k, 16, kCoreGroupBytes, kSwizzleMode);
+    const uint64_t q_desc = warp_uniform(make_smem_descriptor(q, 16, kCoreGroupBytes, kSwizzleMode));
+    const uint64_t k_desc = warp_uniform(make_smem_descriptor(k, 16, kCoreGroupBytes, kSwizzleMode));
 #pragma unroll
     for (int step = 0; step < kHeadDim / 16; ++step) {
       const int box = step / kStepsPerBox;
@@ -83,7 +83,7 @@ struct FwdConsumer {
   // Issues O += P V for the V tile in `stage`; V is read transposed (its rows are the K dimension).
   __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2], const uint32_t (&p)[kBlockN / 16][4], int stage) const {
     const char* v = smem + Layout::kVOffset + stage * kCfg.kv_stage_bytes();
-    const uint64_t v_desc = make_smem_descriptor(v, kBlockN * kSwizzle, kCoreGroupBytes, kSwizzleMode);
+    const uint64_t v_desc = warp_uniform(make_smem_descriptor(v, kBlockN * kSwizzle, kCoreGroupBytes, kSwizzleMode));
 #pragma unroll
     for (int step = 0; step < kBlockN / 16; ++step) {
       MmaO::template run<true>(o, p[step], advance_descriptor(v_desc, step * 16 * kSwizzle), 1);
