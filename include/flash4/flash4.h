@@ -71,8 +71,8 @@
  *         offset the dimensions before it reach, the sum of (extent - 1) * stride over them;
  *      b. its byte span [first byte, last byte] does not intersect the span of any input (q, k, v; backward
  *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k; paged also
- *         block_table, as in 11b), nor that of an output before it. Inputs may share memory with each other (views of one packed qkv tensor).
- *         lse spans rows_q * heads_q floats.
+ *         block_table, as in 11b), nor that of an output before it. Inputs may share memory with each other
+ *         (views of one packed qkv tensor). lse spans rows_q * heads_q floats.
  * The workspace is checked by flash4_bwd itself (size, alignment), after these rules.
  *
  * How valid params are read: causal = 1 sets window_right = 0; varlen max_seqlen_q / max_seqlen_k are
