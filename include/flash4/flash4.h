@@ -186,8 +186,9 @@ typedef struct flash4_fwd_params {
    * The entries live on the device, so the library cannot check them: an entry outside [0, num_pages) is
    * never dereferenced and its keys read as zeros (K = V = 0: they score 0, count in the softmax's sum and
    * add nothing to O), so such a row's output is defined but wrong. Cache rows of a sequence's last page
-   * past its length are read and masked: they must hold finite values (a NaN there reaches O as 0 * NaN),
-   * as in FlashAttention. flash4_bwd has no paged form (paged caches are for inference).
+   * past its length are read and masked: they must hold finite values (a NaN there reaches O as 0 * NaN;
+   * a cache allocated zeroed, or holding earlier sequences' keys, does). flash4_bwd has no paged form
+   * (paged caches are for inference).
    * Callers of the layout without these fields (struct_size of that release) read as NULL. */
   const int32_t* block_table;
   int64_t block_table_stride; /* elements between the rows of consecutive sequences */
