@@ -78,7 +78,8 @@ def flash_attn_varlen_func(
     cu_seqlens_k then gives the key lengths only. Forward only: with a gradient required of q, k or v it
     raises NotImplementedError (flash4 has no backward through a paged cache), as it does under
     torch.compile, fake tensors and the other modes that need the torch ops. A table entry outside
-    [0, num_pages) is never dereferenced: its page reads as zeros (flash4.h).
+    [0, num_pages) is never dereferenced: its page reads as zeros (flash4.h). Rows of a sequence's last page
+    past its length are read and masked, so they must hold finite values (a zeroed cache does).
 
     With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
     checked on the host and the call never waits for the stream (their consistency is the caller's promise,
