@@ -26,8 +26,11 @@
  *
  * Validation rules, checked in this order; a call that breaks several gets the status of the first. Every
  * message starts with the name of the argument it is about. "Rows" are batch * seqlen (fixed length) or
- * total (varlen) of the query-shaped (q, o, dout, dq) or key-shaped (k, v, dk, dv) tensors; a tensor
- * without rows is never accessed, and rules 9-12 skip it (its pointer may be NULL).
+ * total (varlen) of the query-shaped (q, o, dout, dq) or key-shaped (k, v, dk, dv) tensors; with a paged
+ * cache (block_table set) k and v have num_pages * page_size rows, laid out (num_pages, page_size, heads_kv,
+ * head_dim) with the page stride as their batch stride, in varlen mode too. A tensor without rows is never
+ * accessed, and rules 9-12 skip it (its pointer may be NULL). Lk below is the longest key sequence:
+ * seqlen_k (fixed length) or min(max_seqlen_k, total_k) (varlen).
  *   1. params != NULL (NULL_POINTER); struct_size is the sizeof of a released layout (INVALID_STRUCT_SIZE).
  *   2. Backward: deterministic is 0 or 1 (INVALID_ARGUMENT).
  *   3. dtype, read as an integer, is FLASH4_DTYPE_BF16 or FLASH4_DTYPE_FP16 (UNSUPPORTED_DTYPE); head_dim
@@ -38,6 +41,9 @@
  *   5. batch, heads_q, heads_kv >= 1; fixed length: seqlen_q, seqlen_k >= 0 (INVALID_SIZE); heads_q is a
  *      multiple of heads_kv (HEAD_RATIO).
  *   6. Varlen: total_q <= batch * max_seqlen_q and total_k <= batch * max_seqlen_k (INVALID_VARLEN).
+ *      Paged (block_table set): page_size a positive multiple of 16 and num_pages >= 1 (INVALID_SIZE);
+ *      block_table 4-byte aligned (MISALIGNED); block_table_stride >= ceil(Lk / page_size), the entries a
+ *      row must hold (INVALID_ARGUMENT).
  *   7. softmax_scale finite and > 0; softcap finite and >= 0; the fp32 constants the kernels derive from
  *      them finite: softmax_scale * log2(e) without softcap, softcap * log2(e) and softmax_scale / softcap
  *      with it (INVALID_ARGUMENT).
@@ -45,15 +51,17 @@
  *   9. For q, k, v, o (backward: then dout, dq, dk, dv): non-NULL (NULL_POINTER), 16-byte aligned
  *      (MISALIGNED). lse: the backward's must be non-NULL when there are query rows (NULL_POINTER); 4-byte
  *      aligned when set (MISALIGNED).
- *  10. For each of those tensors, its batch (fixed length only), seq and head strides: > 0
+ *  10. For each of those tensors, its batch (fixed length, and paged k / v), seq and head strides: > 0
  *      (INVALID_ARGUMENT), < 2^39 elements (SIZE_OVERFLOW: TMA strides stay below 2^40 bytes), a multiple of
  *      8 elements = 16 bytes (MISALIGNED).
  *  11. Size limits, so that the kernels' int32 indices and sums cannot overflow (SIZE_OVERFLOW):
  *      a. seqlen_q, seqlen_k (fixed length) and total_q, total_k (varlen) <= FLASH4_MAX_SEQLEN = 2^29;
  *      b. for each tensor: rows * heads <= 2^31 - 1; its last element's byte offset
  *         ((batch-1) * stride.batch + (seq-1) * stride.seq + (heads-1) * stride.head + head_dim) * 2 - 1
- *         < 2^63, and the pointer plus that offset does not pass the end of the address space; likewise
- *         for lse (rows_q * heads_q floats) and, varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each);
+ *         < 2^63 (paged k / v: (num_pages-1) * stride.batch + (page_size-1) * stride.seq + ...), and the
+ *         pointer plus that offset does not pass the end of the address space; likewise for lse
+ *         (rows_q * heads_q floats), varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each) and, paged,
+ *         block_table ((batch-1) * block_table_stride + ceil(Lk / page_size) int32, when that is > 0);
  *      c. batch * heads_q * ceil(Lq / 64) and batch * heads_kv * ceil(Lk / 64) <= FLASH4_MAX_BLOCKS = 2^30,
  *         where Lq, Lk are seqlen_q, seqlen_k (fixed length) or min(max_seqlen, total) (varlen): blocks of
  *         64 rows over every (sequence, head), the count the kernels' tile indices are bounded by.
@@ -62,9 +70,9 @@
  *         length, seq, head, and the contiguous head_dim) by stride; each stride must exceed the largest
  *         offset the dimensions before it reach, the sum of (extent - 1) * stride over them;
  *      b. its byte span [first byte, last byte] does not intersect the span of any input (q, k, v; backward
- *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k), nor that of
- *         an output before it. Inputs may share memory with each other (views of one packed qkv tensor).
- *         lse spans rows_q * heads_q floats.
+ *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k; paged also
+ *         block_table, as in 11b), nor that of an output before it. Inputs may share memory with each other
+ *         (views of one packed qkv tensor). lse spans rows_q * heads_q floats.
  * The workspace is checked by flash4_bwd itself (size, alignment), after these rules.
  *
  * How valid params are read: causal = 1 sets window_right = 0; varlen max_seqlen_q / max_seqlen_k are
@@ -166,6 +174,26 @@ typedef struct flash4_fwd_params {
 
   void* workspace; /* device memory of at least flash4_fwd_workspace_size() bytes, or NULL if that is 0 */
   size_t workspace_bytes;
+
+  /* Paged K/V (prefill against a paged KV cache, FlashAttention's block_table). NULL: k/v are as above.
+   * Set: k and v are (num_pages, page_size, heads_kv, head_dim), k_strides.batch / v_strides.batch being the
+   * page strides, and key t of sequence b lives in page block_table[b * block_table_stride + t / page_size],
+   * row t % page_size. Sequence b has seqlen_k keys (fixed length) or cu_seqlens_k[b+1] - cu_seqlens_k[b]
+   * (varlen: cu_seqlens_k then gives lengths only, and total_k is not rows of k/v but their sum or any bound
+   * above it, such as batch * max_seqlen_k: a caller need not read cu_seqlens_k back). page_size is
+   * a multiple of 16; block_table is an int32 device array of batch rows, each holding at least
+   * ceil(Lk / page_size) entries (Lk: seqlen_k, or min(max_seqlen_k, total_k) for varlen).
+   * The entries live on the device, so the library cannot check them: an entry outside [0, num_pages) is
+   * never dereferenced and its keys read as zeros (K = V = 0: they score 0, count in the softmax's sum and
+   * add nothing to O), so such a row's output is defined but wrong. Cache rows of a sequence's last page
+   * past its length are read and masked: they must hold finite values (a NaN there reaches O as 0 * NaN;
+   * a cache allocated zeroed, or holding earlier sequences' keys, does). flash4_bwd has no paged form
+   * (paged caches are for inference).
+   * Callers of the layout without these fields (struct_size of that release) read as NULL. */
+  const int32_t* block_table;
+  int64_t block_table_stride; /* elements between the rows of consecutive sequences */
+  int32_t page_size;
+  int32_t num_pages;
 } flash4_fwd_params;
 
 typedef struct flash4_bwd_params {

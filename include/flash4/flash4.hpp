@@ -117,6 +117,17 @@ struct VarlenArgs {
   std::int32_t max_seqlen_k = 0;
 };
 
+// A paged K/V cache for the forward (FlashAttention's block_table): k and v are views (num_pages, page_size,
+// heads_kv, head_dim) of the cache, and key t of sequence b lives in page
+// block_table[b * block_table_stride + t / page_size], row t % page_size (flash4.h has the rules). The key
+// counts cannot come from k's shape, so they are given here.
+struct PagedKvArgs {
+  const std::int32_t* block_table = nullptr;  // device memory, int32, batch rows
+  std::int64_t block_table_stride = 0;        // entries between consecutive sequences' rows
+  std::int32_t seqlen_k = 0;                  // fixed length: every sequence's keys
+  std::int32_t total_k = 0;                   // varlen: the sum of the key lengths, cu_seqlens_k[batch]
+};
+
 // How a Workspace gets device memory: plain function pointers, so that any pool (PyTorch's caching allocator,
 // an arena) can serve it without this header knowing its type.
 struct Allocator {
@@ -248,6 +259,7 @@ inline Status check_same(NamedView t, NamedView like, unsigned dims) {
 
 inline constexpr unsigned kAllDims = 0b1111;
 inline constexpr unsigned kBatchAndHeadDim = 0b1001;  // what k shares with q (seq and heads may differ)
+inline constexpr unsigned kHeadDim = 0b1000;          // what a paged cache shares with q
 
 // q-shaped views must match q; k-shaped views must match k; k must share q's batch and head_dim.
 inline Status check_views(NamedView q, NamedView k, std::initializer_list<NamedView> q_like,
@@ -264,6 +276,21 @@ inline Status check_views(NamedView q, NamedView k, std::initializer_list<NamedV
     }
   }
   return {};
+}
+
+// A paged forward's views: q and o as without paging; k a (num_pages, page_size, heads_kv, head_dim) cache
+// with q's dtype and head_dim, and v the shape of k.
+inline Status check_paged_views(NamedView q, NamedView k, NamedView o, NamedView v, bool varlen) {
+  const DType dtype = q.view->dtype;
+  for (NamedView t : {q, o}) {
+    if (Status s = check_view(t, dtype, varlen); !s.ok()) return s;
+  }
+  if (Status s = check_same(o, q, kAllDims); !s.ok()) return s;
+  for (NamedView t : {k, v}) {
+    if (Status s = check_view(t, dtype, false); !s.ok()) return s;
+  }
+  if (Status s = check_same(k, q, kHeadDim); !s.ok()) return s;
+  return check_same(v, k, kAllDims);
 }
 
 inline flash4_strides strides_of(const TensorView& v) { return {v.stride[0], v.stride[1], v.stride[2]}; }
@@ -301,16 +328,27 @@ void fill_problem(Params& p, const TensorView& q, const TensorView& k, const Att
 }  // namespace detail
 
 // The C params for a forward call, after checking that the views agree with each other (an error names the
-// tensor). lse (optional) is fp32 (B, Hq, Sq) contiguous, or (Hq, total_q) for varlen. The workspace fields are
-// left empty; the library's own validation (flash4_fwd_check) runs when the params are used.
+// tensor). lse (optional) is fp32 (B, Hq, Sq) contiguous, or (Hq, total_q) for varlen. With `paged`, k and v
+// are the pages of a paged cache (PagedKvArgs). The workspace fields are left empty; the library's own
+// validation (flash4_fwd_check) runs when the params are used.
 inline Result<flash4_fwd_params> make_fwd_params(const TensorView& q, const TensorView& k, const TensorView& v,
                                                  const TensorView& o, float* lse, const AttnOptions& options,
-                                                 const VarlenArgs* varlen = nullptr) {
-  if (Status s = detail::check_views({"q", &q}, {"k", &k}, {{"o", &o}}, {{"v", &v}}, varlen != nullptr); !s.ok()) {
-    return s;
-  }
+                                                 const VarlenArgs* varlen = nullptr,
+                                                 const PagedKvArgs* paged = nullptr) {
+  const Status views = paged == nullptr
+                           ? detail::check_views({"q", &q}, {"k", &k}, {{"o", &o}}, {{"v", &v}}, varlen != nullptr)
+                           : detail::check_paged_views({"q", &q}, {"k", &k}, {"o", &o}, {"v", &v}, varlen != nullptr);
+  if (!views.ok()) return views;
   flash4_fwd_params p{};
   detail::fill_problem(p, q, k, options, varlen);
+  if (paged != nullptr) {
+    p.block_table = paged->block_table;
+    p.block_table_stride = paged->block_table_stride;
+    p.page_size = static_cast<std::int32_t>(k.shape[1]);
+    p.num_pages = static_cast<std::int32_t>(k.shape[0]);
+    if (varlen == nullptr) p.seqlen_k = paged->seqlen_k;
+    else p.total_k = paged->total_k;
+  }
   p.q = q.data;
   p.k = k.data;
   p.v = v.data;
@@ -376,8 +414,8 @@ Status run(Result<Params> made, flash4_stream_t stream, Workspace& workspace,
 // Enqueues the forward on `stream` (asynchronous); o (and lse when not null) are written.
 inline Status forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                       float* lse, const AttnOptions& options, flash4_stream_t stream, Workspace& workspace,
-                      const VarlenArgs* varlen = nullptr) {
-  return detail::run(make_fwd_params(q, k, v, o, lse, options, varlen), stream, workspace,
+                      const VarlenArgs* varlen = nullptr, const PagedKvArgs* paged = nullptr) {
+  return detail::run(make_fwd_params(q, k, v, o, lse, options, varlen, paged), stream, workspace,
                      flash4_fwd_workspace_size, flash4_fwd);
 }
 

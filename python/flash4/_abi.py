@@ -105,6 +105,12 @@ class FwdParams(ctypes.Structure):
         + [(f"{name}_strides", Strides) for name in ("q", "k", "v", "o")]
         + _PROBLEM_FIELDS
         + _VARLEN_AND_WORKSPACE_FIELDS
+        + [
+            ("block_table", ctypes.c_void_p),
+            ("block_table_stride", ctypes.c_int64),
+            ("page_size", ctypes.c_int32),
+            ("num_pages", ctypes.c_int32),
+        ]
     )
 
 

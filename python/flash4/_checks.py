@@ -102,6 +102,49 @@ def _explain_qkv(q, k, v, varlen, need_cuda):
         )
 
 
+PAGE_SIZE_MULTIPLE = 16  # flash4.h, rule 6: a paged cache's pages hold a multiple of 16 rows
+
+
+def check_paged_qkv(q, k, v, block_table):
+    """q (total_q, Hq, D) and a paged cache k, v (num_pages, page_size, Hkv, D) with block_table
+    (batch, max_pages) int32 on q's device."""
+    for name, t, rank, layout in (("q", q, 3, "(total_tokens, heads, head_dim)"),
+                                  ("k", k, 4, "(num_pages, page_size, heads, head_dim)"),
+                                  ("v", v, 4, "(num_pages, page_size, heads, head_dim)")):
+        check_tensor_type(name, t)
+        if t.dim() != rank:
+            raise ValueError(f"{name} must be {rank}-D {layout} with block_table, got shape {tuple(t.shape)}")
+        _check_placement(name, t, q, need_cuda=True)
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise NotImplementedError(
+            f"q has head_dim {head_dim}; flash4 implements head dims {', '.join(map(str, HEAD_DIMS))}"
+        )
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"k has head_dim {k.shape[-1]} but q has {head_dim}; q . k needs the same head_dim")
+    if v.shape != k.shape:
+        raise ValueError(f"v has shape {tuple(v.shape)} but k has {tuple(k.shape)}; they must match")
+    num_pages, page_size, heads_kv = k.shape[0], k.shape[1], k.shape[2]
+    if num_pages < 1 or heads_kv < 1 or page_size < 1 or page_size % PAGE_SIZE_MULTIPLE:
+        raise ValueError(
+            f"k has shape {tuple(k.shape)}; a paged cache needs num_pages >= 1, heads >= 1 and a page_size that "
+            f"is a positive multiple of {PAGE_SIZE_MULTIPLE}"
+        )
+    if q.shape[-2] % heads_kv != 0:
+        raise ValueError(
+            f"q has {q.shape[-2]} heads, not a multiple of k's {heads_kv} (GQA/MQA need heads_q % heads_kv == 0)"
+        )
+    check_tensor_type("block_table", block_table)
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must have dtype torch.int32, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] < 1:
+        raise ValueError(f"block_table must be 2-D (batch, max_pages) with batch >= 1, got {tuple(block_table.shape)}")
+    if not block_table.is_cuda or block_table.get_device() != q.get_device():
+        raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
+    if block_table.stride(1) != 1 and block_table.shape[1] > 1:
+        raise ValueError(f"block_table must be contiguous in its last dimension, got strides {block_table.stride()}")
+
+
 def _check_placement(name, t, q, need_cuda):
     """dtype, device and a contiguous last dimension: what the kernels' loads need of every tensor."""
     dtype = t.dtype

@@ -27,6 +27,7 @@ _ELEMENT_BYTES = 2  # bf16 and fp16, the only dtypes (_dtype_code refuses others
 _FWD_SIZE = ctypes.sizeof(_abi.FwdParams)
 _BWD_SIZE = ctypes.sizeof(_abi.BwdParams)
 _NO_VARLEN = (0, 0, 0, 0, 0, 0)  # cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k
+_NOT_PAGED = (0, 0, 0, 0)  # block_table, block_table_stride, page_size, num_pages
 
 
 class Options(NamedTuple):
@@ -104,15 +105,22 @@ def _dtype_code(q):
     return code
 
 
-def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None):
+def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_table=None):
     """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
-    tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them."""
+    tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them.
+    block_table (varlen only): k and v are the pages (num_pages, page_size, Hkv, D) of a paged cache."""
     problem, varlen_fields = _problem(q, k, options, varlen)
     q_strides, k_strides, v_strides, out_strides = strides or (_strides(t) for t in (q, k, v, out))
+    paged_fields = _NOT_PAGED
+    if block_table is not None:
+        # total_k is then a bound on the sum of the key lengths (flash4.h), so cu_seqlens_k is never read back.
+        batch, max_seqlen_k = problem[0], varlen_fields[3]
+        varlen_fields = varlen_fields[:5] + (batch * max_seqlen_k,)
+        paged_fields = (block_table.data_ptr(), block_table.stride(0), k.shape[1], k.shape[0])
     return _abi.FWD_PACKER.pack(
         _FWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         *q_strides, *k_strides, *v_strides, *out_strides,
-        *problem, *varlen_fields, 0, 0,
+        *problem, *varlen_fields, 0, 0, *paged_fields,
     )
 
 
@@ -149,12 +157,17 @@ def empty_grads(q, k, v):
     return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
 
 
-def forward(q, k, v, options, varlen=None):
-    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd."""
-    (q, q_strides), (k, k_strides), (v, v_strides) = tma_ready(q), tma_ready(k), tma_ready(v)
+def forward(q, k, v, options, varlen=None, block_table=None):
+    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd; with block_table (varlen), k and v are
+    the pages of a paged cache, read in place (a copy of a whole cache would cost more than the call)."""
+    q, q_strides = tma_ready(q)
+    if block_table is None:
+        (k, k_strides), (v, v_strides) = tma_ready(k), tma_ready(v)
+    else:
+        k_strides, v_strides = _strides(k), _strides(v)
     out, lse = empty_outputs(q)
     strides = (q_strides, k_strides, v_strides, _packed_strides(q.shape))
-    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides), q.device)
+    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, block_table), q.device)
     return out, lse
 
 

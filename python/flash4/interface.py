@@ -20,7 +20,7 @@ lse = -inf, and passes no gradient.
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from . import _checks, _eager, ops  # noqa: F401  (ops registers torch.ops.flash4.*, which run() calls)
+from . import _checks, _eager, _launch, ops  # noqa: F401  (ops registers torch.ops.flash4.*, which run() calls)
 from ._launch import Options, Varlen
 
 # FlashAttention-3/-4 keyword arguments and the values at which they ask nothing of flash4.
@@ -70,8 +70,16 @@ def flash_attn_varlen_func(
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v.
     cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total; sequences may
     be empty, and so may q or k (total 0). max_seqlen_* (ints) bound every sequence's length. Other arguments
-    as flash_attn_func; block_table (FlashAttention-2's paged KV cache) and FlashAttention-3's seqused_q /
-    seqused_k must be None.
+    as flash_attn_func; FlashAttention-3's seqused_q / seqused_k must be None.
+
+    block_table (FlashAttention-2's paged KV cache, for prefill against it): an int32 CUDA tensor
+    (batch, max_pages); k and v are then the cache's pages (num_pages, page_size, Hkv, D), page_size a
+    multiple of 16, and key t of sequence b is row t % page_size of page block_table[b, t // page_size].
+    cu_seqlens_k then gives the key lengths only. Forward only: with a gradient required of q, k or v it
+    raises NotImplementedError (flash4 has no backward through a paged cache), as it does under
+    torch.compile, fake tensors and the other modes that need the torch ops. A table entry outside
+    [0, num_pages) is never dereferenced: its page reads as zeros (flash4.h). Rows of a sequence's last page
+    past its length are read and masked, so they must hold finite values (a zeroed cache does).
 
     With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
     checked on the host and the call never waits for the stream (their consistency is the caller's promise,
@@ -83,11 +91,72 @@ def flash_attn_varlen_func(
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _VARLEN_NEUTRAL)
     if block_table is not None:
-        raise NotImplementedError("block_table (a paged KV cache) is not supported by flash4; pass None")
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                             window_size, softcap, deterministic, block_table, return_lse)
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
     return run((q, k, v), _eager.unpacked, options, varlen, return_lse)
+
+
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
+                  softcap, deterministic, block_table, return_lse):
+    """flash_attn_varlen_func on a paged cache: checked here, launched eagerly (forward only)."""
+    if type(return_lse) is not bool:
+        _checks.check_flag("return_lse", return_lse)
+    _checks.check_paged_qkv(q, k, v, block_table)
+    _checks.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
+    _checks.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q)
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0] or block_table.shape[0] != cu_seqlens_q.shape[0] - 1:
+        raise ValueError(
+            f"cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets, cu_seqlens_k {cu_seqlens_k.shape[0]} and block_table "
+            f"{block_table.shape[0]} rows; they must be batch + 1, batch + 1 and batch"
+        )
+    for name, bound in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if bound is not None:
+            _checks.check_int(name, bound, low=0)
+    if max_seqlen_k is not None:
+        _check_table_capacity(max_seqlen_k, block_table, k)
+    options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "block_table: flash4 has no backward through a paged KV cache (paged caches serve inference); "
+            "call it under torch.no_grad() or pass tensors that do not require grad"
+        )
+    if not _eager.eager_call(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table):
+        raise NotImplementedError(
+            "block_table is supported in eager mode only: not under torch.compile, fake tensors, tensor "
+            "subclasses, dispatch modes or functorch transforms"
+        )
+    if max_seqlen_q is None or max_seqlen_k is None:
+        max_seqlen_q, max_seqlen_k = _paged_bounds(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        _check_table_capacity(max_seqlen_k, block_table, k)
+    varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    out, lse = _launch.forward(q, k, v, options, varlen, block_table)
+    return (out, lse) if return_lse else out
+
+
+def _check_table_capacity(max_seqlen_k, block_table, k):
+    """A block_table row must hold the pages of the longest key sequence."""
+    capacity = block_table.shape[1] * k.shape[1]
+    if max_seqlen_k > capacity:
+        raise ValueError(
+            f"max_seqlen_k = {max_seqlen_k} but a block_table row holds {block_table.shape[1]} pages of "
+            f"{k.shape[1]} keys = {capacity}"
+        )
+
+
+def _paged_bounds(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """(max_seqlen_q, max_seqlen_k) of a paged call, the missing ones read from the offsets (one wait)."""
+    offsets_q, offsets_k = torch.stack([cu_seqlens_q, cu_seqlens_k]).tolist()
+    longest_q = max(end - start for start, end in zip(offsets_q, offsets_q[1:]))
+    longest_k = max(end - start for start, end in zip(offsets_k, offsets_k[1:]))
+    bound_q = longest_q if max_seqlen_q is None else max_seqlen_q
+    bound_k = longest_k if max_seqlen_k is None else max_seqlen_k
+    _checks.check_cu_seqlens_values("cu_seqlens_q", offsets_q, "q", q.shape[0], "max_seqlen_q", bound_q)
+    # The keys are not packed rows of k: their total is whatever the lengths sum to.
+    _checks.check_cu_seqlens_values("cu_seqlens_k", offsets_k, "the keys", offsets_k[-1], "max_seqlen_k", bound_k)
+    return bound_q, bound_k
 
 
 def run(inputs, split, options, varlen, return_lse):

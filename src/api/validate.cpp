@@ -3,6 +3,7 @@
 // view and one list of tensors, so every rule is written once, in the order flash4.h lists them.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <tuple>
@@ -21,8 +22,9 @@ using detail::Side;
 using detail::Tensor;
 
 // Sizes of every released layout, oldest first. Appending a field to a params struct appends its new sizeof
-// here, and the shims' load step (c_api.cpp) gives the new field its default for callers of older layouts.
-constexpr std::size_t kFwdStructSizes[] = {sizeof(flash4_fwd_params)};
+// here, and the shims' load step (entry.hpp) gives the new field its default for callers of older layouts.
+// The forward's first layout ended before the paged-cache fields.
+constexpr std::size_t kFwdStructSizes[] = {offsetof(flash4_fwd_params, block_table), sizeof(flash4_fwd_params)};
 constexpr std::size_t kBwdStructSizes[] = {sizeof(flash4_bwd_params)};
 
 constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
@@ -124,6 +126,33 @@ Check check_varlen_totals(const Problem& p) {
   return {};
 }
 
+// A paged cache's pages are loaded as TMA boxes of gcd(page_size, block_n) rows, one page each (block_n, the
+// forward's keys per stage, is a multiple of 16 in every tile config). A box must start on a whole swizzle
+// atom (8 rows) of the stage so that TMA writes the layout wgmma reads; a multiple of 16 also keeps a key
+// block to at most block_n / 16 boxes per column slice, few enough for the one producer thread to issue.
+constexpr int kPageSizeMultiple = 16;
+
+Check check_paged(const Problem& p) {
+  if (!p.paged()) return {};
+  if (p.page_size < kPageSizeMultiple || p.page_size % kPageSizeMultiple != 0) {
+    return fail(FLASH4_ERROR_INVALID_SIZE, "page_size is ", p.page_size, "; a paged cache needs a positive multiple of ",
+                kPageSizeMultiple, " rows per page");
+  }
+  if (p.num_pages < 1) {
+    return fail(FLASH4_ERROR_INVALID_SIZE, "num_pages is ", p.num_pages, "; a paged cache has at least one page");
+  }
+  constexpr std::uintptr_t kBlockTableAlignBytes = alignof(std::int32_t);
+  if (reinterpret_cast<std::uintptr_t>(p.block_table) % kBlockTableAlignBytes != 0) {
+    return fail(FLASH4_ERROR_MISALIGNED, "block_table is not ", kBlockTableAlignBytes, "-byte aligned (int32 array)");
+  }
+  if (p.block_table_stride < detail::pages_per_sequence(p)) {
+    return fail(FLASH4_ERROR_INVALID_ARGUMENT, "block_table_stride is ", p.block_table_stride, "; a row of the table must ",
+                "hold the ", detail::pages_per_sequence(p), " pages of the longest key sequence (", 
+                detail::longest(p, Side::key), " keys of ", p.page_size, " per page)");
+  }
+  return {};
+}
+
 Check check_scores(const Problem& p) {
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0) {
     return fail(FLASH4_ERROR_INVALID_ARGUMENT, "softmax_scale is ", p.softmax_scale,
@@ -167,7 +196,7 @@ Check check_mask(const Problem& p) {
 Check validate(const Problem& p, const std::vector<Tensor>& tensors, detail::Lse lse) {
   // check_varlen runs before the size checks because they read p.varlen(), which assumes a consistent pair.
   for (Check (*check)(const Problem&) :
-       {check_kind, check_varlen, check_sizes, check_varlen_totals, check_scores, check_mask}) {
+       {check_kind, check_varlen, check_sizes, check_varlen_totals, check_paged, check_scores, check_mask}) {
     if (Check c = check(p); !c.ok()) return c;
   }
   return detail::check_memory(p, tensors, lse);

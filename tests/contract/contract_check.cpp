@@ -212,7 +212,11 @@ std::string shared_fields(const Params& p) {
 CallResult check_call(const flash4_fwd_params& params) { return check(params); }
 CallResult check_call(const flash4_bwd_params& params) { return check(params); }
 
-std::string describe(const flash4_fwd_params& p) { return "fwd " + shared_fields(p) + " o=" + pointer(p.o); }
+std::string describe(const flash4_fwd_params& p) {
+  return "fwd " + shared_fields(p) + " o=" + pointer(p.o) + " block_table=" + pointer(p.block_table) +
+         " block_table_stride=" + std::to_string(p.block_table_stride) + " page_size=" + std::to_string(p.page_size) +
+         " num_pages=" + std::to_string(p.num_pages);
+}
 
 std::string describe(const flash4_bwd_params& p) {
   return "bwd " + shared_fields(p) + " deterministic=" + std::to_string(p.deterministic) + " o=" + pointer(p.o) +

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -39,7 +40,7 @@ struct Tensor {
 struct Call {
   bool backward;
   std::size_t struct_size;
-  std::size_t expected_size;
+  std::vector<std::size_t> known_sizes;  // every released layout
   std::int32_t deterministic;
   std::int32_t dtype;
   std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
@@ -49,10 +50,16 @@ struct Call {
   const std::int32_t* cu_seqlens_k;
   std::int32_t max_seqlen_q, max_seqlen_k, total_q, total_k;
   const void* lse;
+  // Forward, paged K/V: NULL / 0 for the backward and for a caller of the layout before these fields.
+  const std::int32_t* block_table;
+  std::int64_t block_table_stride;
+  std::int32_t page_size, num_pages;
   std::vector<Tensor> tensors;
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
+  bool paged() const { return block_table != nullptr; }
   Int rows(bool query) const {
+    if (!query && paged()) return Int{num_pages} * page_size;
     if (varlen()) return query ? total_q : total_k;
     return Int{batch} * (query ? seqlen_q : seqlen_k);
   }
@@ -64,7 +71,7 @@ Call common(const Params& p, bool backward) {
   Call c{};
   c.backward = backward;
   c.struct_size = p.struct_size;
-  c.expected_size = sizeof(Params);
+  c.known_sizes = {sizeof(Params)};
   std::memcpy(&c.dtype, &p.dtype, sizeof(c.dtype));  // rule 3: read as an integer
   c.batch = p.batch;
   c.seqlen_q = p.seqlen_q;
@@ -89,6 +96,15 @@ Call common(const Params& p, bool backward) {
 
 Call call_of(const flash4_fwd_params& p) {
   Call c = common(p, false);
+  // The header's first forward layout ended where the paged fields begin; its callers read as not paged.
+  const std::size_t first_layout = offsetof(flash4_fwd_params, block_table);
+  c.known_sizes.insert(c.known_sizes.begin(), first_layout);
+  if (p.struct_size != first_layout) {
+    c.block_table = p.block_table;
+    c.block_table_stride = p.block_table_stride;
+    c.page_size = p.page_size;
+    c.num_pages = p.num_pages;
+  }
   c.tensors = {{"q", p.q, p.q_strides, true, false},
                {"k", p.k, p.k_strides, false, false},
                {"v", p.v, p.v_strides, false, false},
@@ -108,8 +124,18 @@ Call call_of(const flash4_bwd_params& p) {
 
 // ---- rules 1-8: values ----------------------------------------------------------------------------------
 
+Int longest(const Call& c, bool query) {
+  if (!c.varlen()) return query ? c.seqlen_q : c.seqlen_k;
+  return query ? std::min<Int>(c.max_seqlen_q, c.total_q) : std::min<Int>(c.max_seqlen_k, c.total_k);
+}
+
+// Rule 6: the entries a block_table row must hold, ceil(Lk / page_size).
+Int pages_per_sequence(const Call& c) { return (longest(c, false) + c.page_size - 1) / c.page_size; }
+
 Step rule_struct_and_kind(const Call& c) {
-  if (c.struct_size != c.expected_size) return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size");
+  if (std::find(c.known_sizes.begin(), c.known_sizes.end(), c.struct_size) == c.known_sizes.end()) {
+    return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size");
+  }
   if (c.backward && c.deterministic != 0 && c.deterministic != 1) {
     return reject(FLASH4_ERROR_INVALID_ARGUMENT, "deterministic");
   }
@@ -143,6 +169,12 @@ Step rule_sizes(const Call& c) {
   if (c.heads_q % c.heads_kv != 0) return reject(FLASH4_ERROR_HEAD_RATIO, "heads_q");
   if (c.varlen() && c.total_q > Int{c.batch} * c.max_seqlen_q) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_q");
   if (c.varlen() && c.total_k > Int{c.batch} * c.max_seqlen_k) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_k");
+  if (c.paged()) {
+    if (c.page_size < 16 || c.page_size % 16 != 0) return reject(FLASH4_ERROR_INVALID_SIZE, "page_size");
+    if (c.num_pages < 1) return reject(FLASH4_ERROR_INVALID_SIZE, "num_pages");
+    if (address(c.block_table) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "block_table");
+    if (c.block_table_stride < pages_per_sequence(c)) return reject(FLASH4_ERROR_INVALID_ARGUMENT, "block_table_stride");
+  }
   return {};
 }
 
@@ -180,7 +212,7 @@ Step rule_strides(const Call& c) {
   for (const Tensor& t : c.tensors) {
     if (c.rows(t.query) == 0) continue;
     std::vector<std::pair<const char*, std::int64_t>> strides;
-    if (!c.varlen()) strides.push_back({"batch", t.strides.batch});
+    if (!c.varlen() || (!t.query && c.paged())) strides.push_back({"batch", t.strides.batch});
     strides.push_back({"seq", t.strides.seq});
     strides.push_back({"head", t.strides.head});
     for (const auto& [field, stride] : strides) {
@@ -195,7 +227,7 @@ Step rule_strides(const Call& c) {
 
 // (extent, stride) of the batch (fixed length), seq, head and head_dim dimensions.
 std::vector<std::pair<Int, Int>> dims_of(const Call& c, const Tensor& t) {
-  const Int batch = c.varlen() ? 1 : c.batch;
+  const Int batch = !t.query && c.paged() ? c.num_pages : c.varlen() ? 1 : c.batch;
   return {{batch, t.strides.batch}, {c.rows(t.query) / batch, t.strides.seq}, {c.heads(t.query), t.strides.head},
           {c.head_dim, 1}};
 }
@@ -221,12 +253,11 @@ std::vector<Array> arrays_of(const Call& c) {
     arrays.push_back({"cu_seqlens_q", c.cu_seqlens_q, (Int{c.batch} + 1) * 4, false});
     arrays.push_back({"cu_seqlens_k", c.cu_seqlens_k, (Int{c.batch} + 1) * 4, false});
   }
+  if (c.paged()) {
+    const Int entries = Int{c.batch - 1} * c.block_table_stride + pages_per_sequence(c);
+    if (entries > 0) arrays.push_back({"block_table", c.block_table, entries * 4, false});
+  }
   return arrays;
-}
-
-Int longest(const Call& c, bool query) {
-  if (!c.varlen()) return query ? c.seqlen_q : c.seqlen_k;
-  return query ? std::min<Int>(c.max_seqlen_q, c.total_q) : std::min<Int>(c.max_seqlen_k, c.total_k);
 }
 
 Step rule_limits(const Call& c) {
@@ -244,6 +275,7 @@ Step rule_limits(const Call& c) {
     if (address(t.data) + last >= kAddressEnd) return reject(FLASH4_ERROR_SIZE_OVERFLOW, t.name);
   }
   for (const Array& a : arrays_of(c)) {
+    if (a.bytes - 1 > kMaxByteOffset) return reject(FLASH4_ERROR_SIZE_OVERFLOW, a.name);
     if (address(a.data) + a.bytes - 1 >= kAddressEnd) return reject(FLASH4_ERROR_SIZE_OVERFLOW, a.name);
   }
   for (const bool query : {true, false}) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -128,7 +129,22 @@ void RandomParams::fill(Params& p, const Shape& s) {
   } else {
     p.o = const_cast<void*>(pointer(3));
     p.lse = chance(0.8) ? static_cast<float*>(const_cast<void*>(pointer(5))) : nullptr;
+    if (chance(0.25)) fill_paged(p, s);
   }
+}
+
+// k and v as a paged cache, with a block table mostly as long as rule 6 asks, sometimes not.
+void RandomParams::fill_paged(flash4_fwd_params& p, const Shape& s) {
+  p.block_table = static_cast<const std::int32_t*>(pointer(14));
+  p.page_size = chance(0.8) ? pick<std::int32_t>({16, 48, 64, 128, 256}) : pick<std::int32_t>({0, 8, 24, -16, edge_int()});
+  p.num_pages = chance(0.8) ? static_cast<std::int32_t>(uniform(1, 4096)) : edge_int();
+  const std::int64_t rows = std::max(1, p.page_size);
+  const std::int64_t heads = s.heads_kv;
+  const std::int64_t d = s.head_dim;
+  p.k_strides = p.v_strides = {rows * heads * d, heads * d, d};
+  const std::int64_t longest = s.varlen ? std::min(s.max_seqlen_k, s.total_k) : s.seqlen_k;
+  const std::int64_t pages = (longest + rows - 1) / rows;
+  p.block_table_stride = pages + pick<std::int64_t>({0, 0, 3, -1, std::int64_t{1} << 61, std::int64_t{1} << 40});
 }
 
 // One edge value in one field, or one random byte anywhere in the struct.
@@ -170,7 +186,7 @@ void RandomParams::mutate(Params& p) {
       if (chance(0.5)) p.q = value; else p.cu_seqlens_q = static_cast<const std::int32_t*>(value);
       break;
     }
-    case 13: p.struct_size = pick<std::size_t>({0, sizeof(Params) - 8, sizeof(Params) + 8, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params)}); break;
+    case 13: p.struct_size = pick<std::size_t>({0, sizeof(Params) - 8, sizeof(Params) + 8, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params), offsetof(flash4_fwd_params, block_table)}); break;
     default: bytes[uniform(0, sizeof(Params) - 1)] = static_cast<unsigned char>(rng_()); break;
   }
   if constexpr (sizeof(Params) == sizeof(flash4_bwd_params)) {

@@ -26,6 +26,7 @@ class RandomParams {
   Shape shape();
   template <class Params>
   void fill(Params& p, const Shape& s);
+  void fill_paged(flash4_fwd_params& p, const Shape& s);
   template <class Params>
   void mutate(Params& p);
   std::int32_t length(bool allow_huge);

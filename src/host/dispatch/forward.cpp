@@ -11,17 +11,25 @@
 #include "host/planner.hpp"
 #include "host/tma_descriptor.hpp"
 #include "host/workspace_check.hpp"
+#include "kernels/common/paged_kv.hpp"
 
 namespace flash4::host {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Q/O use (B, Sq, Hq, D); K/V (B, Sk, Hkv, D).
+// Q/O use (B, Sq, Hq, D); K/V (B, Sk, Hkv, D), or a paged cache's (num_pages, page_size, Hkv, D).
 TmaView make_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int rows, int heads,
                   int box_rows, const FwdTileConfig& tile) {
   const OperandShape shape{p.dtype == FLASH4_DTYPE_BF16, base, strides.batch, strides.seq, strides.head, p.head_dim,
                            rows, heads, p.batch, p.cu_seqlens_q != nullptr};
+  return make_operand_view(shape, box_rows, tile.box_cols(), tile.swizzle_bytes);
+}
+
+TmaView make_paged_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int box_rows,
+                        const FwdTileConfig& tile) {
+  const OperandShape shape{p.dtype == FLASH4_DTYPE_BF16, base, strides.batch, strides.seq, strides.head, p.head_dim,
+                           p.page_size, p.heads_kv, p.num_pages, false};
   return make_operand_view(shape, box_rows, tile.box_cols(), tile.swizzle_bytes);
 }
 
@@ -51,28 +59,43 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
 
   const FwdPlan plan = plan_forward(p, device);
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool paged = p.block_table != nullptr;
   const int rows_q = varlen ? p.total_q : p.seqlen_q;
   const int rows_k = varlen ? p.total_k : p.seqlen_k;
+  const int page_box_rows = paged ? flash4::page_box_rows(p.page_size, plan.tile.block_n) : 0;
 
   FwdKernelParams kp{};
   const struct {
     CUtensorMap* map;
-    const void* base;
-    const flash4_strides* strides;
-    int rows;
-    int heads;
-    int box_rows;
+    TmaView view;
     const char* name;
-  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m(), "q"},
-              {&kp.tma_k, p.k, &p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, "k"},
-              {&kp.tma_v, p.v, &p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
+  } maps[] = {
+      {&kp.tma_q, make_view(p, p.q, p.q_strides, rows_q, p.heads_q, plan.tile.block_m(), plan.tile), "q"},
+      {&kp.tma_k,
+       paged ? make_paged_view(p, p.k, p.k_strides, page_box_rows, plan.tile)
+             : make_view(p, p.k, p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, plan.tile),
+       "k"},
+      {&kp.tma_v,
+       paged ? make_paged_view(p, p.v, p.v_strides, page_box_rows, plan.tile)
+             : make_view(p, p.v, p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, plan.tile),
+       "v"}};
   for (const auto& m : maps) {
     std::string error;
-    if (!encode_tma_view(make_view(p, m.base, *m.strides, m.rows, m.heads, m.box_rows, plan.tile), m.map, error)) {
+    if (!encode_tma_view(m.view, m.map, error)) {
       result.status = FLASH4_ERROR_CUDA;
       result.message = std::string("TMA descriptor for ") + m.name + ": " + error;
       return result;
     }
+  }
+  if (paged) {
+    // Valid params are canonical: max_seqlen_k is at most total_k, so this is ceil(Lk / page_size) of rule 6.
+    const int longest_k = varlen ? p.max_seqlen_k : p.seqlen_k;
+    kp.block_table = p.block_table;
+    kp.block_table_stride = p.block_table_stride;
+    kp.page_size = p.page_size;
+    kp.num_pages = p.num_pages;
+    kp.pages_per_sequence = (longest_k + p.page_size - 1) / p.page_size;
+    kp.page_box_rows = page_box_rows;
   }
   kp.store_o_with_tma = !varlen && plan.tile.stages_output();
   if (kp.store_o_with_tma) {
