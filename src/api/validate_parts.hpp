@@ -22,6 +22,7 @@ constexpr std::int64_t kElementBytes = 2;  // bf16 and fp16 alike
 struct Problem {
   std::int32_t dtype;  // as an integer: see dtype_of
   std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t head_dim_v;  // as given: 0 means head_dim (dim_v)
   float softmax_scale;
   std::int32_t causal, window_left, window_right;
   float softcap;
@@ -31,6 +32,8 @@ struct Problem {
 
   // Only meaningful once the pair of cu_seqlens pointers has been accepted (rule 4).
   bool varlen() const { return cu_seqlens_q != nullptr; }
+  // The head dim of v, o, dout and dv.
+  std::int32_t dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 // The dtype field as an integer. Loading a flash4_dtype object that holds a value outside the enum's range is
@@ -47,8 +50,9 @@ std::int32_t dtype_of(const Params& p) {
 template <class Params>
 Problem problem_of(const Params& p) {
   return Problem{dtype_of(p),     p.batch,        p.seqlen_q,     p.seqlen_k,      p.heads_q,     p.heads_kv,
-                 p.head_dim,      p.softmax_scale, p.causal,      p.window_left,   p.window_right, p.softcap,
-                 p.cu_seqlens_q,  p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k,  p.total_q,     p.total_k};
+                 p.head_dim,      p.head_dim_v,   p.softmax_scale, p.causal,       p.window_left, p.window_right,
+                 p.softcap,       p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, p.total_q,
+                 p.total_k};
 }
 
 // A named integer field, so that fields sharing a rule are checked in one loop.
@@ -77,6 +81,7 @@ struct Tensor {
   flash4_strides strides;
   Side side;
   bool output;
+  std::int32_t head_dim;  // its columns: head_dim (q, k, dq, dk) or dim_v() (v, o, dout, dv)
 };
 
 // The lse array: the forward's optional output, the backward's required input.
