@@ -112,7 +112,7 @@ def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None):
     return _abi.FWD_PACKER.pack(
         _FWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         *q_strides, *k_strides, *v_strides, *out_strides,
-        *problem, *varlen_fields, 0, 0,
+        *problem, *varlen_fields, 0, 0, v.shape[-1],
     )
 
 
@@ -125,7 +125,7 @@ def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, stride
         _BWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         *q_s, *k_s, *v_s, *out_s, *dout_s, *dq_s, *dk_s, *dv_s,
-        *problem, int(options.deterministic), *varlen_fields, 0, 0,
+        *problem, int(options.deterministic), *varlen_fields, 0, 0, v.shape[-1],
     )
 
 
@@ -137,10 +137,15 @@ def _packed_strides(shape):
     return (0, shape[1] * shape[2], shape[2])
 
 
-def empty_outputs(q):
-    """out like q, packed, and lse fp32."""
+def out_shape(q, v):
+    """q's shape with v's head dim (head_dim_v)."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def empty_outputs(q, v):
+    """out (q's shape with v's head dim), packed, and lse fp32."""
     device = q.device
-    return (torch.empty(q.shape, dtype=q.dtype, device=device),
+    return (torch.empty(out_shape(q, v), dtype=q.dtype, device=device),
             torch.empty(lse_shape(q), dtype=torch.float32, device=device))
 
 
@@ -150,10 +155,10 @@ def empty_grads(q, k, v):
 
 
 def forward(q, k, v, options, varlen=None):
-    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd."""
+    """(out (q's shape with v's head dim), lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd."""
     (q, q_strides), (k, k_strides), (v, v_strides) = tma_ready(q), tma_ready(k), tma_ready(v)
-    out, lse = empty_outputs(q)
-    strides = (q_strides, k_strides, v_strides, _packed_strides(q.shape))
+    out, lse = empty_outputs(q, v)
+    strides = (q_strides, k_strides, v_strides, _packed_strides(out.shape))
     run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides), q.device)
     return out, lse
 
