@@ -35,6 +35,7 @@
  * total (varlen) of the query-shaped (q, o, dout, dq) or key-shaped (k, v, dk, dv) tensors; a tensor
  * without rows is never accessed, and rules 9-12 skip it (its pointer may be NULL).
  *   1. params != NULL (NULL_POINTER); struct_size is the sizeof of a released layout (INVALID_STRUCT_SIZE).
+ *      Fields appended after the caller's layout read as 0 (the first layout ends before head_dim_v).
  *   2. Backward: deterministic is 0 or 1 (INVALID_ARGUMENT).
  *   3. dtype, read as an integer, is FLASH4_DTYPE_BF16 or FLASH4_DTYPE_FP16 (UNSUPPORTED_DTYPE); head_dim
  *      is a multiple of 8 in [8, 256], and head_dim_v is 0 or a multiple of 8 in [8, 256]
@@ -75,10 +76,10 @@
  *         lse spans rows_q * heads_q floats.
  * The workspace is checked by flash4_bwd itself (size, alignment), after these rules.
  *
- * How valid params are read: head_dim_v = 0 reads as head_dim; causal = 1 sets window_right = 0; varlen max_seqlen_q / max_seqlen_k are
- * lowered to total_q / total_k when larger (no sequence is longer than all rows); a window edge that reaches
- * past every key (window_left >= Lk) or query (window_right >= Lq, without causal) is unbounded (-1). None of
- * these changes which keys a query sees.
+ * How valid params are read: head_dim_v = 0 reads as head_dim; causal = 1 sets window_right = 0; varlen
+ * max_seqlen_q / max_seqlen_k are lowered to total_q / total_k when larger (no sequence is longer than all
+ * rows); a window edge that reaches past every key (window_left >= Lk) or query (window_right >= Lq, without
+ * causal) is unbounded (-1). None of these changes which keys a query sees.
  */
 #ifndef FLASH4_FLASH4_H
 #define FLASH4_FLASH4_H
@@ -103,7 +104,7 @@ typedef enum flash4_status {
   FLASH4_ERROR_INVALID_STRUCT_SIZE = 1, /* params.struct_size is not one this library knows */
   FLASH4_ERROR_NULL_POINTER = 2,        /* a required pointer is NULL */
   FLASH4_ERROR_UNSUPPORTED_DTYPE = 3,   /* dtype is not bf16 or fp16 (one this build lacks: NO_KERNEL) */
-  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim or head_dim_v not a multiple of 8 in [8, 256] (no kernel: NO_KERNEL) */
+  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim or head_dim_v not a multiple of 8 in [8, 256] */
   FLASH4_ERROR_HEAD_RATIO = 5,          /* heads_q is not a multiple of heads_kv */
   FLASH4_ERROR_MISALIGNED = 6,          /* a pointer or stride breaks the 16-byte alignment TMA needs */
   FLASH4_ERROR_INVALID_SIZE = 7,        /* a negative or zero size where a positive one is required */
@@ -174,8 +175,6 @@ typedef struct flash4_fwd_params {
 
   void* workspace; /* device memory of at least flash4_fwd_workspace_size() bytes, or NULL if that is 0 */
   size_t workspace_bytes;
-
-  /* Appended after the first layout: a caller passing that layout's struct_size gets 0 here. */
   int32_t head_dim_v; /* 0: equal to head_dim */
 } flash4_fwd_params;
 
@@ -217,8 +216,6 @@ typedef struct flash4_bwd_params {
 
   void* workspace;
   size_t workspace_bytes;
-
-  /* Appended after the first layout: a caller passing that layout's struct_size gets 0 here. */
   int32_t head_dim_v; /* 0: equal to head_dim */
 } flash4_bwd_params;
 
@@ -241,8 +238,9 @@ FLASH4_API flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stre
 FLASH4_API flash4_status flash4_bwd_check(const flash4_bwd_params* params);
 /* The backward's device workspace: at least this many bytes, 256-byte aligned (cudaMalloc's alignment).
  * A smaller one is FLASH4_ERROR_INVALID_ARGUMENT, a misaligned one FLASH4_ERROR_MISALIGNED. It holds an
- * fp32 dQ accumulator (4 bytes x heads_q x the serving kernel's head dim per padded query row); deterministic = 1 needs up to 4
- * of them, so size the workspace with the same `deterministic` value as the launch. */
+ * fp32 dQ accumulator (4 bytes x heads_q x the serving kernel's head dim per padded query row);
+ * deterministic = 1 needs up to 4 of them, so size the workspace with the same `deterministic` value as the
+ * launch. */
 FLASH4_API flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* params, size_t* bytes);
 FLASH4_API flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stream_t stream);
 

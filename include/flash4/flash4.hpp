@@ -265,7 +265,8 @@ inline Status check_views(NamedView q, NamedView k, NamedView v, ViewGroups grou
   }
   if (Status s = check_same(k, q, kBatchAndHeadDim); !s.ok()) return s;
   if (Status s = check_same(v, k, kRowDims); !s.ok()) return s;
-  for (const auto& [group, like] : {std::pair{groups.q_like, q}, std::pair{groups.k_like, k}, std::pair{groups.v_like, v}}) {
+  for (const auto& [group, like] :
+       {std::pair{groups.q_like, q}, std::pair{groups.k_like, k}, std::pair{groups.v_like, v}}) {
     for (NamedView t : group) {
       if (Status s = check_view(t, dtype, varlen); !s.ok()) return s;
       if (Status s = check_same(t, like, kAllDims); !s.ok()) return s;
@@ -342,7 +343,8 @@ inline Result<flash4_fwd_params> make_fwd_params(const TensorView& q, const Tens
 inline Result<flash4_bwd_params> make_bwd_params(const BackwardTensors& t, const AttnOptions& options,
                                                  const VarlenArgs* varlen = nullptr) {
   if (Status s = detail::check_views({"q", &t.q}, {"k", &t.k}, {"v", &t.v},
-                                     {{{"dq", &t.dq}}, {{"dk", &t.dk}}, {{"dv", &t.dv}}, {{"o", &t.o}, {"dout", &t.dout}}},
+                                     {{{"dq", &t.dq}}, {{"dk", &t.dk}}, {{"dv", &t.dv}},
+                                      {{"o", &t.o}, {"dout", &t.dout}}},
                                      varlen != nullptr);
       !s.ok()) {
     return s;

@@ -58,7 +58,8 @@ def _plainly_valid(q, k, v, varlen, need_cuda):
             same_batch = k_batch == batch and 1 <= batch <= INT32_MAX
         dtype, device = q.dtype, q.get_device()
         return (
-            same_batch and v_shape[:-1] == k_shape[:-1] and v_shape[-1] in HEAD_DIMS and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
+            same_batch and v_shape[:-1] == k_shape[:-1] and v_shape[-1] in HEAD_DIMS
+            and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
             and (q.is_cuda and k.is_cuda and v.is_cuda or not need_cuda)
             and k.get_device() == device and v.get_device() == device
             and q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1

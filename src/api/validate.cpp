@@ -59,7 +59,9 @@ Check check_kind(const Problem& p) {
     return fail(FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype is ", p.dtype,
                 "; allowed: FLASH4_DTYPE_BF16 (0), FLASH4_DTYPE_FP16 (1)");
   }
-  const auto supported = [](std::int32_t dim) { return dim >= 1 && dim <= kMaxHeadDim && dim % kHeadDimMultiple == 0; };
+  const auto supported = [](std::int32_t dim) {
+    return dim >= kHeadDimMultiple && dim <= kMaxHeadDim && dim % kHeadDimMultiple == 0;
+  };
   if (!supported(p.head_dim)) {
     return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is ", p.head_dim, "; allowed: a multiple of ",
                 kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");

@@ -25,8 +25,8 @@ FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device, 
   const int64_t block_m = plan.tile.block_m();
   const int num_m_blocks = static_cast<int>((rows_q + block_m - 1) / block_m);  // validation bounds the tile count
   // The bytes a head's K and V occupy in memory (and in L2): their true head dims.
-  const std::size_t kv_bytes_per_head =
-      static_cast<std::size_t>(rows_k) * static_cast<std::size_t>(params.head_dim + value_head_dim(params)) * kElementBytes;
+  const std::size_t row_bytes = static_cast<std::size_t>(params.head_dim + value_head_dim(params)) * kElementBytes;
+  const std::size_t kv_bytes_per_head = static_cast<std::size_t>(rows_k) * row_bytes;
   // A bounded right edge (causal included) makes later query blocks see more keys: longest first.
   plan.order = make_tile_order(params.batch, params.heads_q, num_m_blocks, plan.window_right >= 0, kv_bytes_per_head,
                                device.l2_bytes);

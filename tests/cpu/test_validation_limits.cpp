@@ -64,7 +64,8 @@ TEST(ValidationLimits, WorkspaceCoversTheDqAccumulatorWhateverMaxSeqlen) {
   spread_out(p);
   // A dtype this build has a kernel for: without one the size is 0 (the launch reports NO_KERNEL).
   const auto& built = host::built_backward_kernels();
-  const auto serving = std::find_if(built.begin(), built.end(), [](const host::BuiltKernel& k) { return k.head_dim >= kHeadDim; });
+  const auto serving =
+      std::find_if(built.begin(), built.end(), [](const host::BuiltKernel& k) { return k.head_dim >= kHeadDim; });
   if (serving == built.end()) GTEST_SKIP() << "no backward kernel of head dim >= " << kHeadDim << " in this build";
   p.dtype = serving->dtype;
   std::size_t bytes = 0;

@@ -169,8 +169,8 @@ CALL_FORMS = {
     "flash_attn_varlen_kvpacked_func": (lambda: flash4.flash_attn_varlen_kvpacked_func(
         *fake_inputs((100, 8, 128), (90, 2, 2, 128)), _cu(), _cu(), 60, 50, return_lse=True), (100, 8, 128), (8, 100)),
     # Head dims that no kernel has (a wider one serves them), and v narrower than q.
-    "flash_attn_func(D=72)": (lambda: flash4.flash_attn_func(*fake_inputs((2, 48, 8, 72), (2, 40, 2, 72), (2, 40, 2, 72)),
-                                                             return_lse=True), (2, 48, 8, 72), (2, 8, 48)),
+    "flash_attn_func(D=72)": (lambda: flash4.flash_attn_func(
+        *fake_inputs((2, 48, 8, 72), (2, 40, 2, 72), (2, 40, 2, 72)), return_lse=True), (2, 48, 8, 72), (2, 8, 48)),
     "flash_attn_func(D=192, Dv=128)": (lambda: flash4.flash_attn_func(
         *fake_inputs((2, 48, 8, 192), (2, 40, 2, 192), (2, 40, 2, 128)), return_lse=True), (2, 48, 8, 128), (2, 8, 48)),
     "flash_attn_qkvpacked_func(D=40)": (

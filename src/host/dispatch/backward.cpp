@@ -43,8 +43,8 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   if (launch == nullptr) {
     result.status = FLASH4_ERROR_NO_KERNEL;
     result.message = "no backward kernel in this build serves head_dim " + std::to_string(p.head_dim) +
-                     ", head_dim_v " + std::to_string(head_dim_v) + " (" + KernelKey{p.dtype, needed_head_dim(p)}.to_string() +
-                     " or wider; built: " + built_bwd_kernels() +
+                     ", head_dim_v " + std::to_string(head_dim_v) + " (" +
+                     KernelKey{p.dtype, needed_head_dim(p)}.to_string() + " or wider; built: " + built_bwd_kernels() +
                      "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including one";
     return result;
   }

@@ -42,8 +42,8 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   if (launch == nullptr) {
     result.status = FLASH4_ERROR_NO_KERNEL;
     result.message = "no forward kernel in this build serves head_dim " + std::to_string(p.head_dim) +
-                     ", head_dim_v " + std::to_string(head_dim_v) + " (" + KernelKey{p.dtype, needed_head_dim(p)}.to_string() +
-                     " or wider; built: " + built_fwd_kernels() +
+                     ", head_dim_v " + std::to_string(head_dim_v) + " (" +
+                     KernelKey{p.dtype, needed_head_dim(p)}.to_string() + " or wider; built: " + built_fwd_kernels() +
                      "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including one";
     return result;
   }
@@ -85,8 +85,9 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.store_o_with_tma = !varlen && plan.tile.stages_output();
   if (kp.store_o_with_tma) {
     std::string error;  // each consumer warpgroup stores its own rows
-    if (!encode_tma_view(make_view(p, p.o, p.o_strides, head_dim_v, rows_q, p.heads_q, kRowsPerConsumerWarpgroup, plan.tile),
-                         &kp.tma_o, error)) {
+    const TmaView o_view =
+        make_view(p, p.o, p.o_strides, head_dim_v, rows_q, p.heads_q, kRowsPerConsumerWarpgroup, plan.tile);
+    if (!encode_tma_view(o_view, &kp.tma_o, error)) {
       result.status = FLASH4_ERROR_CUDA;
       result.message = "TMA descriptor for o: " + error;
       return result;

@@ -8,11 +8,11 @@
 //    deterministic mode), converted to the input dtype. The accumulator keeps each query block's floats
 //    in the main kernel's staging order (BwdTileConfig::dq_staging_index), so the zeroing of a block's
 //    rows covers exactly its region whatever the order inside.
-// Both touch only the true columns of o, dout (p.cols_v) and dq (p.cols), which a wider kernel may serve:
-// the columns past them read as 0 and are never written. Both only move memory. A warp takes kRowsPerWarp rows, each lane head_dim / 32 consecutive elements of
-// every one, and issues all of its rows' loads before using any: one row at a time (two bf16 per lane at
-// D = 64) kept too few bytes in flight, and the preprocess at D = 64, 512 tokens took a quarter as long
-// as the main kernel.
+// Both touch only the true columns of o, dout (p.cols_v) and dq (p.cols), which a wider kernel may serve: the
+// columns past them read as 0 and are never written. Both only move memory. A warp takes kRowsPerWarp rows,
+// each lane head_dim / 32 consecutive elements of every one, and issues all of its rows' loads before using
+// any: one row at a time (two bf16 per lane at D = 64) kept too few bytes in flight, and the preprocess at D =
+// 64, 512 tokens took a quarter as long as the main kernel.
 #pragma once
 
 #include <cuda_bf16.h>
