@@ -108,7 +108,7 @@ def _dtype_code(q):
 def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_table=None):
     """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
     tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them.
-    block_table (varlen only): k and v are the pages (num_pages, page_size, Hkv, D) of a paged cache."""
+    block_table (varlen only): k and v are the pages (num_pages, page_size, Hkv, D / Dv) of a paged cache."""
     problem, varlen_fields = _problem(q, k, options, varlen)
     q_strides, k_strides, v_strides, out_strides = strides or (_strides(t) for t in (q, k, v, out))
     paged_fields = _NOT_PAGED
@@ -120,7 +120,7 @@ def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_tabl
     return _abi.FWD_PACKER.pack(
         _FWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         *q_strides, *k_strides, *v_strides, *out_strides,
-        *problem, *varlen_fields, 0, 0, *paged_fields,
+        *problem, *varlen_fields, 0, 0, v.shape[-1], *paged_fields,
     )
 
 
@@ -133,7 +133,7 @@ def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, stride
         _BWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         *q_s, *k_s, *v_s, *out_s, *dout_s, *dq_s, *dk_s, *dv_s,
-        *problem, int(options.deterministic), *varlen_fields, 0, 0,
+        *problem, int(options.deterministic), *varlen_fields, 0, 0, v.shape[-1],
     )
 
 
@@ -145,10 +145,15 @@ def _packed_strides(shape):
     return (0, shape[1] * shape[2], shape[2])
 
 
-def empty_outputs(q):
-    """out like q, packed, and lse fp32."""
+def out_shape(q, v):
+    """q's shape with v's head dim (head_dim_v)."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def empty_outputs(q, v):
+    """out (q's shape with v's head dim), packed, and lse fp32."""
     device = q.device
-    return (torch.empty(q.shape, dtype=q.dtype, device=device),
+    return (torch.empty(out_shape(q, v), dtype=q.dtype, device=device),
             torch.empty(lse_shape(q), dtype=torch.float32, device=device))
 
 
@@ -158,15 +163,16 @@ def empty_grads(q, k, v):
 
 
 def forward(q, k, v, options, varlen=None, block_table=None):
-    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd; with block_table (varlen), k and v are
-    the pages of a paged cache, read in place (a copy of a whole cache would cost more than the call)."""
+    """(out (q's shape with v's head dim), lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd; with block_table
+    (varlen), k and v are the pages of a paged cache, read in place (a copy of a whole cache would cost more
+    than the call)."""
     q, q_strides = tma_ready(q)
     if block_table is None:
         (k, k_strides), (v, v_strides) = tma_ready(k), tma_ready(v)
     else:
         k_strides, v_strides = _strides(k), _strides(v)
-    out, lse = empty_outputs(q)
-    strides = (q_strides, k_strides, v_strides, _packed_strides(q.shape))
+    out, lse = empty_outputs(q, v)
+    strides = (q_strides, k_strides, v_strides, _packed_strides(out.shape))
     run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, block_table), q.device)
     return out, lse
 

@@ -40,17 +40,18 @@ def flash_attn_func(
     q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
     deterministic=False, return_attn_probs=False, *, return_lse=False, **flash_attn_3_kwargs,
 ):
-    """Exact attention over q (B, Sq, Hq, D) and k, v (B, Sk, Hkv, D).
+    """Exact attention over q (B, Sq, Hq, D), k (B, Sk, Hkv, D) and v (B, Sk, Hkv, Dv).
 
     bf16 or fp16 CUDA tensors, any strides with a contiguous last dimension (views of a packed qkv work),
-    D in {64, 96, 128, 192, 256}, Hq a multiple of Hkv (GQA/MQA), Sq and Sk >= 0 (a sequence without keys
-    gives out = 0, lse = -inf). softmax_scale defaults to 1/sqrt(D); softcap > 0 replaces each score s by
+    D and Dv multiples of 8 from 8 to 256 (Dv = D usually; e.g. 192 and 128 too), Hq a multiple of Hkv
+    (GQA/MQA), Sq and Sk >= 0 (a sequence without keys gives out = 0, lse = -inf). softmax_scale defaults to
+    1/sqrt(D); softcap > 0 replaces each score s by
     softcap * tanh(s / softcap); deterministic=True asks the backward for bit-identical gradients across runs.
     dropout_p must be 0, alibi_slopes None, return_attn_probs False; FlashAttention-3/-4 keywords (qv,
     q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin, learnable_sink) only
     at their neutral values. causal, deterministic and the return flags must be bools.
 
-    Returns out (B, Sq, Hq, D), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
+    Returns out (B, Sq, Hq, Dv), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
     the natural-log sum of exp of each query row's scores. lse carries no gradient.
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _NEUTRAL)
@@ -66,7 +67,7 @@ def flash_attn_varlen_func(
 ):
     """Exact attention over a batch of sequences of different lengths, packed row after row.
 
-    q is (total_q, Hq, D) and k, v are (total_k, Hkv, D); sequence b holds rows
+    q is (total_q, Hq, D), k is (total_k, Hkv, D) and v (total_k, Hkv, Dv); sequence b holds rows
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v.
     cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total; sequences may
     be empty, and so may q or k (total 0). max_seqlen_* (ints) bound every sequence's length. Other arguments
@@ -87,7 +88,7 @@ def flash_attn_varlen_func(
     wait on the stream, impossible under torch.compile and CUDA graph capture), checked, and the missing
     bound is taken from them.
 
-    Returns out (total_q, Hq, D), or (out, lse) with return_lse: lse (Hq, total_q) fp32.
+    Returns out (total_q, Hq, Dv), or (out, lse) with return_lse: lse (Hq, total_q) fp32.
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _VARLEN_NEUTRAL)
     if block_table is not None:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import _checks, _launch
-from ._checks import DTYPES, HEAD_DIMS  # noqa: F401  (what the kernels are built for, for the ops' users)
+from ._checks import DTYPES, HEAD_DIMS  # noqa: F401  (what the library accepts, for the ops' users)
 from ._launch import Options, Varlen
 
 __all__ = ["DTYPES", "HEAD_DIMS", "Options", "Varlen", "bwd", "fwd", "varlen_bwd", "varlen_fwd"]
@@ -42,12 +42,13 @@ def _check(q, k, v, options, varlen, need_cuda=True):
     return options._replace(window_left=left, window_right=right)
 
 
-def _check_backward(dout, q, out, lse):
-    for name, t, like in (("dout", dout, q), ("out", out, q)):
+def _check_backward(dout, q, v, out, lse):
+    out_shape = _launch.out_shape(q, v)
+    for name, t in (("dout", dout), ("out", out)):
         _checks.check_tensor_type(name, t)
-        if t.shape != like.shape or t.dtype != like.dtype:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} and dtype {t.dtype}; it must match q's "
-                             f"{tuple(like.shape)} and {like.dtype}")
+        if tuple(t.shape) != out_shape or t.dtype != q.dtype:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} and dtype {t.dtype}; it must be the forward's out, "
+                             f"{out_shape} (q's with v's head_dim) and {q.dtype}")
     _checks.check_tensor_type("lse", lse)
     if tuple(lse.shape) != _launch.lse_shape(q) or lse.dtype != torch.float32:
         raise ValueError(f"lse has shape {tuple(lse.shape)} and dtype {lse.dtype}; the backward needs the forward's "
@@ -59,7 +60,7 @@ def fwd(
     q: Tensor, k: Tensor, v: Tensor,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
-    """q (B, Sq, Hq, D), k/v (B, Sk, Hkv, D) -> out (B, Sq, Hq, D), lse (B, Hq, Sq) fp32."""
+    """q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) -> out (B, Sq, Hq, Dv), lse (B, Hq, Sq) fp32."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
     return _launch.forward(q, k, v, options)
@@ -73,7 +74,7 @@ def bwd(
     """Gradients (dq, dk, dv) shaped like (q, k, v), from flash4::fwd's out and lse."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     return _launch.backward(dout, q, k, v, out, lse, options)
 
 
@@ -82,7 +83,7 @@ def varlen_fwd(
     q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
-    """q (total_q, Hq, D), k/v (total_k, Hkv, D) -> out (total_q, Hq, D), lse (Hq, total_q) fp32."""
+    """q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv) -> out (total_q, Hq, Dv), lse (Hq, total_q)."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
@@ -99,7 +100,7 @@ def varlen_bwd(
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     return _launch.backward(dout, q, k, v, out, lse, options, varlen)
 
 
@@ -109,20 +110,20 @@ def varlen_bwd(
 @fwd.register_fake
 def _(q, k, v, *options):
     _check(q, k, v, Options(*options), None, need_cuda=False)
-    return _launch.empty_outputs(q)
+    return _launch.empty_outputs(q, v)
 
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options):
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _check(q, k, v, Options(*options), varlen, need_cuda=False)
-    return _launch.empty_outputs(q)
+    return _launch.empty_outputs(q, v)
 
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, *options):
     _check(q, k, v, Options(*options), None, need_cuda=False)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     return _launch.empty_grads(q, k, v)
 
 
@@ -130,7 +131,7 @@ def _(dout, q, k, v, out, lse, *options):
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options):
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _check(q, k, v, Options(*options), varlen, need_cuda=False)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     return _launch.empty_grads(q, k, v)
 
 

@@ -96,7 +96,7 @@ struct Dim {
   std::int64_t stride;
 };
 
-// (batch, seq, head, head_dim) of a tensor; varlen tensors are packed, one batch of all rows.
+// (batch, seq, head, its head dim) of a tensor; varlen tensors are packed, one batch of all rows.
 struct Layout {
   Dim dims[4];
 };
@@ -106,7 +106,7 @@ Layout layout_of(const Problem& p, const Tensor& t) {
   return Layout{{{batch, t.strides.batch},
                  {rows(p, t.side) / batch, t.strides.seq},
                  {heads(p, t.side), t.strides.head},
-                 {p.head_dim, 1}}};
+                 {t.head_dim, 1}}};
 }
 
 // a * b + c in int64, or nothing on overflow.

@@ -24,6 +24,7 @@ constexpr std::int64_t kElementBytes = 2;  // bf16 and fp16 alike
 struct Problem {
   std::int32_t dtype;  // as an integer: see dtype_of
   std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t head_dim_v;  // as given: 0 means head_dim (dim_v)
   float softmax_scale;
   std::int32_t causal, window_left, window_right;
   float softcap;
@@ -38,6 +39,8 @@ struct Problem {
   // Only meaningful once the pair of cu_seqlens pointers has been accepted (rule 4).
   bool varlen() const { return cu_seqlens_q != nullptr; }
   bool paged() const { return block_table != nullptr; }
+  // The head dim of v, o, dout and dv.
+  std::int32_t dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 // The dtype field as an integer. Loading a flash4_dtype object that holds a value outside the enum's range is
@@ -54,15 +57,16 @@ std::int32_t dtype_of(const Params& p) {
 template <class Params>
 Problem problem_of(const Params& p) {
   return Problem{dtype_of(p),     p.batch,        p.seqlen_q,     p.seqlen_k,      p.heads_q,     p.heads_kv,
-                 p.head_dim,      p.softmax_scale, p.causal,      p.window_left,   p.window_right, p.softcap,
-                 p.cu_seqlens_q,  p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k,  p.total_q,     p.total_k};
+                 p.head_dim,      p.head_dim_v,   p.softmax_scale, p.causal,       p.window_left, p.window_right,
+                 p.softcap,       p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, p.total_q,
+                 p.total_k};
 }
 
-// A caller of the layout before the paged fields (struct_size = their offset) has none: whatever lies past its
+// A caller of the first layout (struct_size = the offset of head_dim_v) has no paged fields: whatever lies past its
 // struct is not read (the C ABI's load step zeroes it too).
 inline Problem problem_of(const flash4_fwd_params& p) {
   Problem problem = problem_of<flash4_fwd_params>(p);
-  if (p.struct_size <= offsetof(flash4_fwd_params, block_table)) return problem;
+  if (p.struct_size <= offsetof(flash4_fwd_params, head_dim_v)) return problem;
   problem.block_table = p.block_table;
   problem.block_table_stride = p.block_table_stride;
   problem.page_size = p.page_size;
@@ -114,6 +118,7 @@ struct Tensor {
   flash4_strides strides;
   Side side;
   bool output;
+  std::int32_t head_dim;  // its columns: head_dim (q, k, dq, dk) or dim_v() (v, o, dout, dv)
 };
 
 // The lse array: the forward's optional output, the backward's required input.

@@ -10,10 +10,12 @@
 #include <limits>
 #include <string>
 
+#include "api/entry.hpp"
 #include "api/validate.hpp"
 #include "contract/contract_oracle.hpp"
 #include "host/bwd_planner.hpp"
 #include "host/empty_problem.hpp"
+#include "host/kernel_choice.hpp"
 #include "host/planner.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/tile_order.hpp"
@@ -101,8 +103,16 @@ std::string check_mask(Int lq, Int lk, int window_left, int window_right, int bl
   return "";
 }
 
+// The head dim of the kernel that serves c in a build of every head dim: the smallest >= both of c's.
+int kernel_head_dim(int needed) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    if (d >= needed) return d;
+  }
+  return 0;
+}
+
 std::string check_plan(const flash4_fwd_params& c) {
-  const host::FwdPlan plan = host::plan_forward(c, kDevice);
+  const host::FwdPlan plan = host::plan_forward(c, kDevice, kernel_head_dim(host::needed_head_dim(c)));
   const Int tiles = Int{c.batch} * c.heads_q * ceil_div(longest(c, true), plan.tile.block_m());
   if (plan.order.num_tiles() != tiles) {
     return "forward plan has " + text(plan.order.num_tiles()) + " tiles, the problem " + text(tiles);
@@ -121,11 +131,12 @@ std::string check_plan(const flash4_fwd_params& c) {
 }
 
 std::string check_plan(const flash4_bwd_params& c) {
-  const host::BwdPlan plan = host::plan_backward(c);
+  const int kernel = kernel_head_dim(host::needed_head_dim(c));
+  const host::BwdPlan plan = host::plan_backward(c, kernel);
   const Int tiles = ceil_div(longest(c, false), plan.tile.block_n) * c.batch * c.heads_kv;
   if (plan.num_tiles != tiles) return "backward plan has " + text(plan.num_tiles) + " tiles, the problem " + text(tiles);
   if (plan.m_blocks_max != ceil_div(longest(c, true), plan.tile.block_m)) return "backward query blocks miscounted";
-  const Int accumulator = Int{plan.dq_copies} * c.heads_q * rows(c, true) * c.head_dim * 4;
+  const Int accumulator = Int{plan.dq_copies} * c.heads_q * rows(c, true) * kernel * 4;
   if (plan.workspace.dq_accum_bytes < accumulator || plan.workspace.total < plan.workspace.dq_accum_bytes) {
     return "workspace of " + text(plan.workspace.total) + " bytes, the dQ accumulator alone needs " + text(accumulator);
   }
@@ -158,12 +169,14 @@ CallResult check(const Params& p) {
   std::string broken;
   flash4_status status = FLASH4_ERROR_INTERNAL;
   try {
-    const api::Check got = validate(p);
+    // As the C ABI reads it: only struct_size bytes of a known layout (api/entry.hpp).
+    const Params loaded = api::load(p);
+    const api::Check got = validate(loaded);
     status = got.status;
     broken = compare_with_oracle(got, expected_verdict(p));
     if (broken.empty() && got.ok()) {
-      const Params c = api::canonicalize(p);
-      broken = check_canonical(p, c);
+      const Params c = api::canonicalize(loaded);
+      broken = check_canonical(loaded, c);
       if (broken.empty()) broken = api::is_empty(c) ? fills_of(c) : check_plan(c);
     }
   } catch (const std::exception& e) {

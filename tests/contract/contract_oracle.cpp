@@ -34,16 +34,18 @@ struct Tensor {
   flash4_strides strides;
   bool query;   // query-shaped (rows_q, heads_q) or key-shaped (rows_k, heads_kv)
   bool output;
+  bool value;   // v, o, dout, dv: head_dim_v columns (else head_dim)
 };
 
 // The params of either direction, as the header describes them.
 struct Call {
   bool backward;
   std::size_t struct_size;
-  std::vector<std::size_t> known_sizes;  // every released layout
+  std::vector<std::size_t> known_sizes;  // every released layout, oldest first
+  std::size_t first_layout_size;          // the layout before head_dim_v, which reads the fields after it as 0
   std::int32_t deterministic;
   std::int32_t dtype;
-  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
   float softmax_scale, softcap;
   std::int32_t causal, window_left, window_right;
   const std::int32_t* cu_seqlens_q;
@@ -64,6 +66,7 @@ struct Call {
     return Int{batch} * (query ? seqlen_q : seqlen_k);
   }
   Int heads(bool query) const { return query ? heads_q : heads_kv; }
+  Int columns(const Tensor& t) const { return t.value && head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 template <class Params>
@@ -71,7 +74,8 @@ Call common(const Params& p, bool backward) {
   Call c{};
   c.backward = backward;
   c.struct_size = p.struct_size;
-  c.known_sizes = {sizeof(Params)};
+  c.first_layout_size = offsetof(Params, head_dim_v);
+  c.known_sizes = {c.first_layout_size, sizeof(Params)};
   std::memcpy(&c.dtype, &p.dtype, sizeof(c.dtype));  // rule 3: read as an integer
   c.batch = p.batch;
   c.seqlen_q = p.seqlen_q;
@@ -79,6 +83,7 @@ Call common(const Params& p, bool backward) {
   c.heads_q = p.heads_q;
   c.heads_kv = p.heads_kv;
   c.head_dim = p.head_dim;
+  c.head_dim_v = p.struct_size == c.first_layout_size ? 0 : p.head_dim_v;
   c.softmax_scale = p.softmax_scale;
   c.softcap = p.softcap;
   c.causal = p.causal;
@@ -96,29 +101,27 @@ Call common(const Params& p, bool backward) {
 
 Call call_of(const flash4_fwd_params& p) {
   Call c = common(p, false);
-  // The header's first forward layout ended where the paged fields begin; its callers read as not paged.
-  const std::size_t first_layout = offsetof(flash4_fwd_params, block_table);
-  c.known_sizes.insert(c.known_sizes.begin(), first_layout);
-  if (p.struct_size != first_layout) {
+  // The header's first forward layout ended before head_dim_v; its callers read as not paged.
+  if (p.struct_size != c.first_layout_size) {
     c.block_table = p.block_table;
     c.block_table_stride = p.block_table_stride;
     c.page_size = p.page_size;
     c.num_pages = p.num_pages;
   }
-  c.tensors = {{"q", p.q, p.q_strides, true, false},
-               {"k", p.k, p.k_strides, false, false},
-               {"v", p.v, p.v_strides, false, false},
-               {"o", p.o, p.o_strides, true, true}};
+  c.tensors = {{"q", p.q, p.q_strides, true, false, false},
+               {"k", p.k, p.k_strides, false, false, false},
+               {"v", p.v, p.v_strides, false, false, true},
+               {"o", p.o, p.o_strides, true, true, true}};
   return c;
 }
 
 Call call_of(const flash4_bwd_params& p) {
   Call c = common(p, true);
   c.deterministic = p.deterministic;
-  c.tensors = {{"q", p.q, p.q_strides, true, false},     {"k", p.k, p.k_strides, false, false},
-               {"v", p.v, p.v_strides, false, false},    {"o", p.o, p.o_strides, true, false},
-               {"dout", p.dout, p.dout_strides, true, false}, {"dq", p.dq, p.dq_strides, true, true},
-               {"dk", p.dk, p.dk_strides, false, true},  {"dv", p.dv, p.dv_strides, false, true}};
+  c.tensors = {{"q", p.q, p.q_strides, true, false, false},         {"k", p.k, p.k_strides, false, false, false},
+               {"v", p.v, p.v_strides, false, false, true},          {"o", p.o, p.o_strides, true, false, true},
+               {"dout", p.dout, p.dout_strides, true, false, true}, {"dq", p.dq, p.dq_strides, true, true, false},
+               {"dk", p.dk, p.dk_strides, false, true, false},      {"dv", p.dv, p.dv_strides, false, true, true}};
   return c;
 }
 
@@ -140,10 +143,10 @@ Step rule_struct_and_kind(const Call& c) {
     return reject(FLASH4_ERROR_INVALID_ARGUMENT, "deterministic");
   }
   if (c.dtype != 0 && c.dtype != 1) return reject(FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype");
-  const int dims[] = {64, 96, 128, 192, 256};
-  if (std::find(std::begin(dims), std::end(dims), c.head_dim) == std::end(dims)) {
-    return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
-  }
+  // Rule 3: multiples of 8 in [8, 256]; head_dim_v may also be 0.
+  const auto supported = [](std::int32_t d) { return d >= 8 && d <= 256 && d % 8 == 0; };
+  if (!supported(c.head_dim)) return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+  if (c.head_dim_v != 0 && !supported(c.head_dim_v)) return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v");
   return {};
 }
 
@@ -229,7 +232,7 @@ Step rule_strides(const Call& c) {
 std::vector<std::pair<Int, Int>> dims_of(const Call& c, const Tensor& t) {
   const Int batch = !t.query && c.paged() ? c.num_pages : c.varlen() ? 1 : c.batch;
   return {{batch, t.strides.batch}, {c.rows(t.query) / batch, t.strides.seq}, {c.heads(t.query), t.strides.head},
-          {c.head_dim, 1}};
+          {c.columns(t), 1}};
 }
 
 Int last_byte_offset(const Call& c, const Tensor& t) {

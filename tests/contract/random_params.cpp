@@ -17,7 +17,7 @@ constexpr std::int32_t kInt32Min = std::numeric_limits<std::int32_t>::min();
 constexpr int kSlotShift = 44;
 
 struct RandomParams::Shape {
-  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;  // head_dim_v: 0 or its own
   bool varlen;
   std::int32_t max_seqlen_q, max_seqlen_k, total_q, total_k;
 };
@@ -40,7 +40,8 @@ RandomParams::Shape RandomParams::shape() {
   s.batch = chance(0.8) ? static_cast<std::int32_t>(uniform(1, 8)) : pick<std::int32_t>({64, 1024, 1 << 16, 1 << 20});
   s.heads_kv = chance(0.8) ? pick<std::int32_t>({1, 2, 4}) : pick<std::int32_t>({8, 16, 64, 1 << 10});
   s.heads_q = s.heads_kv * pick<std::int32_t>({1, 1, 2, 4, 8});
-  s.head_dim = pick<std::int32_t>({64, 96, 128, 192, 256});
+  s.head_dim = pick<std::int32_t>({64, 96, 128, 192, 256, 8, 40, 72, 136, 200, 248});
+  s.head_dim_v = chance(0.8) ? 0 : pick<std::int32_t>({128, 64, 8, 256, s.head_dim});
   const bool huge = chance(0.15);
   s.seqlen_q = length(huge);
   s.seqlen_k = length(huge);
@@ -56,11 +57,12 @@ RandomParams::Shape RandomParams::shape() {
   return s;
 }
 
-// Element strides of one tensor: contiguous, padded, heads outermost, or q/k/v packed in one buffer.
-flash4_strides RandomParams::layout(const Shape& s, bool query) {
+// Element strides of one tensor: contiguous, padded, heads outermost, or q/k/v packed in one buffer. value: v,
+// o, dout or dv, whose rows are head_dim_v wide when it is set.
+flash4_strides RandomParams::layout(const Shape& s, bool query, bool value) {
   const std::int64_t heads = query ? s.heads_q : s.heads_kv;
   const std::int64_t seqlen = s.varlen ? 1 : std::max(1, query ? s.seqlen_q : s.seqlen_k);
-  const std::int64_t d = s.head_dim;
+  const std::int64_t d = value && s.head_dim_v != 0 ? s.head_dim_v : s.head_dim;
   const std::int64_t pad = chance(0.3) ? 8 * uniform(1, 4) : 0;
   switch (uniform(0, 3)) {
     case 0:  // (batch, seq, head, dim), maybe padded
@@ -94,6 +96,7 @@ void RandomParams::fill(Params& p, const Shape& s) {
   p.heads_q = s.heads_q;
   p.heads_kv = s.heads_kv;
   p.head_dim = s.head_dim;
+  p.head_dim_v = s.head_dim_v;
   p.softmax_scale = chance(0.9) ? 1.0f / std::sqrt(static_cast<float>(s.head_dim)) : scale();
   p.softcap = chance(0.7) ? 0.0f : chance(0.7) ? 30.0f : scale();
   p.causal = chance(0.5);
@@ -110,10 +113,10 @@ void RandomParams::fill(Params& p, const Shape& s) {
   p.q = pointer(0);
   p.k = pointer(1);
   p.v = pointer(2);
-  p.q_strides = layout(s, true);
-  p.k_strides = layout(s, false);
-  p.v_strides = chance(0.5) ? p.k_strides : layout(s, false);
-  p.o_strides = layout(s, true);
+  p.q_strides = layout(s, true, false);
+  p.k_strides = layout(s, false, false);
+  p.v_strides = chance(0.5) && s.head_dim_v == 0 ? p.k_strides : layout(s, false, true);
+  p.o_strides = layout(s, true, true);
   if constexpr (sizeof(Params) == sizeof(flash4_bwd_params)) {
     p.o = pointer(3);
     p.dout = pointer(4);
@@ -121,10 +124,10 @@ void RandomParams::fill(Params& p, const Shape& s) {
     p.dq = const_cast<void*>(pointer(6));
     p.dk = const_cast<void*>(pointer(7));
     p.dv = const_cast<void*>(pointer(8));
-    p.dout_strides = layout(s, true);
-    p.dq_strides = layout(s, true);
-    p.dk_strides = layout(s, false);
-    p.dv_strides = layout(s, false);
+    p.dout_strides = layout(s, true, true);
+    p.dq_strides = layout(s, true, false);
+    p.dk_strides = layout(s, false, false);
+    p.dv_strides = layout(s, false, true);
     p.deterministic = chance(0.3);
   } else {
     p.o = const_cast<void*>(pointer(3));
@@ -160,7 +163,7 @@ void RandomParams::mutate(Params& p) {
     case 0: p.batch = edge_int(); break;
     case 1: (chance(0.5) ? p.seqlen_q : p.seqlen_k) = edge_int(); break;
     case 2: (chance(0.5) ? p.heads_q : p.heads_kv) = edge_int(); break;
-    case 3: p.head_dim = edge_int(); break;
+    case 3: (chance(0.5) ? p.head_dim : p.head_dim_v) = edge_int(); break;
     case 4: (chance(0.5) ? p.max_seqlen_q : p.max_seqlen_k) = edge_int(); break;
     case 5: (chance(0.5) ? p.total_q : p.total_k) = edge_int(); break;
     case 6: (chance(0.5) ? p.window_left : p.window_right) = edge_int(); break;
@@ -186,7 +189,7 @@ void RandomParams::mutate(Params& p) {
       if (chance(0.5)) p.q = value; else p.cu_seqlens_q = static_cast<const std::int32_t*>(value);
       break;
     }
-    case 13: p.struct_size = pick<std::size_t>({0, sizeof(Params) - 8, sizeof(Params) + 8, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params), offsetof(flash4_fwd_params, block_table)}); break;
+    case 13: p.struct_size = pick<std::size_t>({0, sizeof(Params) - 8, sizeof(Params) + 8, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params), offsetof(Params, head_dim_v)}); break;
     default: bytes[uniform(0, sizeof(Params) - 1)] = static_cast<unsigned char>(rng_()); break;
   }
   if constexpr (sizeof(Params) == sizeof(flash4_bwd_params)) {

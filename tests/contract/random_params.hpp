@@ -32,7 +32,7 @@ class RandomParams {
   std::int32_t length(bool allow_huge);
   std::int32_t edge_int();
   float scale();
-  flash4_strides layout(const Shape& s, bool query);
+  flash4_strides layout(const Shape& s, bool query, bool value);
   const void* pointer(int slot);
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   template <class T>

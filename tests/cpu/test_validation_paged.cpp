@@ -127,7 +127,7 @@ TEST(PagedValidation, BlockTableSpanOverflowingInt64) {
 TEST(PagedValidation, PreviousLayoutReadsAsNotPaged) {
   // A caller of the layout without the paged fields: the bytes past its struct_size are never read.
   flash4_fwd_params p = valid_fwd();
-  p.struct_size = offsetof(flash4_fwd_params, block_table);
+  p.struct_size = offsetof(flash4_fwd_params, head_dim_v);
   p.block_table = fake_device_pointer<const int32_t>(12);
   p.page_size = 7;  // would be rejected if it were read
   expect_fwd_valid(p);

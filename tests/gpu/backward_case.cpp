@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -18,8 +19,10 @@ constexpr std::size_t kWorkspaceGuardBytes = 4096;  // poisoned bytes past the e
 constexpr std::uint16_t kPoison16 = 0xFFFF;         // a NaN in both bf16 and fp16
 constexpr std::uint32_t kPoison32 = 0xFFFFFFFFu;    // a NaN in fp32
 constexpr int kPoisonByte = 0xFF;
-// Padding of strided views: 8 elements = 16 bytes, so that every stride stays a multiple of TMA's alignment.
+// Padding of strided views: 8 elements = 16 bytes, so that every stride stays a multiple of TMA's alignment;
+// after a head's row, at least up to the widest kernel's head dim (BackwardCase::strided).
 constexpr std::int64_t kPadElements = 8;
+constexpr std::int64_t kWidestKernel = 256;
 constexpr std::size_t kElementBytes = 2;
 
 ref::Precision precision_of(flash4_dtype dtype) {
@@ -96,15 +99,15 @@ struct Tensor16 {
   }
 };
 
-Tensor16 make_tensor(const char* name, const BackwardCase& c, int rows, int seqlen, int heads) {
+Tensor16 make_tensor(const char* name, const BackwardCase& c, int rows, int seqlen, int heads, int head_dim) {
   Tensor16 t;
   t.name = name;
   t.rows = rows;
   t.seqlen = c.varlen_q.empty() ? seqlen : 0;
   t.heads = heads;
-  t.head_dim = c.head_dim;
+  t.head_dim = head_dim;
   const std::int64_t pad = c.strided ? kPadElements : 0;
-  t.strides.head = c.head_dim + pad;
+  t.strides.head = c.strided ? std::max(head_dim + kPadElements, kWidestKernel) : head_dim;
   t.strides.seq = heads * t.strides.head + pad;
   t.strides.batch = std::max(1, seqlen) * t.strides.seq + pad;
   t.image.assign(kGuardElements * 2 + t.span(), kPoison16);
@@ -164,6 +167,7 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
 std::string BackwardCase::name() const {
   std::ostringstream s;
   s << (dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16") << "_d" << head_dim;
+  if (head_dim_v != 0) s << "_dv" << head_dim_v;
   if (varlen_q.empty()) {
     s << "_b" << batch << "_sq" << seqlen_q << "_sk" << seqlen_k;
   } else {  // the sequence lengths, e.g. _varlen_q100,0,300_k120,5,300
@@ -188,6 +192,7 @@ ref::Problem BackwardCase::problem() const {
   p.heads_q = heads_q;
   p.heads_kv = heads_kv;
   p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
   p.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   p.causal = causal;
   p.window_left = window_left;
@@ -237,6 +242,7 @@ struct BackwardDevice::State {
     p.heads_q = c.heads_q;
     p.heads_kv = c.heads_kv;
     p.head_dim = c.head_dim;
+    p.head_dim_v = c.head_dim_v;
     p.softmax_scale = static_cast<float>(problem.scale);
     p.causal = c.causal ? 1 : 0;
     p.window_left = c.window_left;
@@ -259,14 +265,15 @@ BackwardDevice::BackwardDevice(const BackwardCase& c, const ref::Inputs& in) : s
   s.problem = c.problem();
   s.precision = precision_of(c.dtype);
   const int rows_q = s.problem.rows_q(), rows_k = s.problem.rows_k();
-  s.q = make_tensor("q", c, rows_q, c.seqlen_q, c.heads_q);
-  s.k = make_tensor("k", c, rows_k, c.seqlen_k, c.heads_kv);
-  s.v = make_tensor("v", c, rows_k, c.seqlen_k, c.heads_kv);
-  s.o = make_tensor("o", c, rows_q, c.seqlen_q, c.heads_q);
-  s.dout = make_tensor("dout", c, rows_q, c.seqlen_q, c.heads_q);
-  s.dq = make_tensor("dq", c, rows_q, c.seqlen_q, c.heads_q);
-  s.dk = make_tensor("dk", c, rows_k, c.seqlen_k, c.heads_kv);
-  s.dv = make_tensor("dv", c, rows_k, c.seqlen_k, c.heads_kv);
+  const int d = c.head_dim, dv = s.problem.dim_v();
+  s.q = make_tensor("q", c, rows_q, c.seqlen_q, c.heads_q, d);
+  s.k = make_tensor("k", c, rows_k, c.seqlen_k, c.heads_kv, d);
+  s.v = make_tensor("v", c, rows_k, c.seqlen_k, c.heads_kv, dv);
+  s.o = make_tensor("o", c, rows_q, c.seqlen_q, c.heads_q, dv);
+  s.dout = make_tensor("dout", c, rows_q, c.seqlen_q, c.heads_q, dv);
+  s.dq = make_tensor("dq", c, rows_q, c.seqlen_q, c.heads_q, d);
+  s.dk = make_tensor("dk", c, rows_k, c.seqlen_k, c.heads_kv, d);
+  s.dv = make_tensor("dv", c, rows_k, c.seqlen_k, c.heads_kv, dv);
   upload(s.q, s.precision, in.q);
   upload(s.k, s.precision, in.k);
   upload(s.v, s.precision, in.v);
@@ -447,6 +454,26 @@ BackwardOutcome run_backward_case(const BackwardCase& c) {
   outcome.dv = gradient_within_tolerance("dV", device.dv(), naive.dv, exact.dv, floor);
   outcome.untouched = device.untouched();
   return outcome;
+}
+
+void expect_matches_reference(const BackwardOutcome& outcome) {
+  SCOPED_TRACE("seed " + std::to_string(outcome.seed));
+  ASSERT_TRUE(outcome.calls);
+  ASSERT_TRUE(outcome.unavailable.empty()) << "a built backward kernel refused the case: " << outcome.unavailable;
+  EXPECT_TRUE(outcome.o);
+  EXPECT_TRUE(outcome.lse);
+  EXPECT_TRUE(outcome.dq);
+  EXPECT_TRUE(outcome.dk);
+  EXPECT_TRUE(outcome.dv);
+  EXPECT_TRUE(outcome.untouched);
+}
+
+std::string test_name(const BackwardCase& c, std::size_t index) {
+  std::string name = c.name();
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name + "_" + std::to_string(index);
 }
 
 }  // namespace flash4::test

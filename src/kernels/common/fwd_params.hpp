@@ -26,6 +26,7 @@ struct FwdKernelParams {
   int64_t o_stride_batch;  // elements; ignored in varlen mode
   int64_t o_stride_seq;
   int64_t o_stride_head;
+  int o_cols;  // head_dim_v: the columns of O written (the kernel's head dim may be wider)
   float* lse;  // optional: (batch, heads_q, seqlen_q) or (heads_q, total_q) in varlen mode
 
   int batch;
