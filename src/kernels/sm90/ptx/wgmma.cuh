@@ -35,12 +35,9 @@ __device__ __forceinline__ uint64_t warp_uniform(uint64_t descriptor) {
   return __shfl_sync(0xffffffffu, descriptor, 0);
 }
 
-// Moves a descriptor's start address by `bytes` (a multiple of 16). Only the low word changes: the start
-// address field (bits 0-13) holds a shared-memory address / 16, below 2^14 for every address of the 228 KiB
-// of shared memory, so no carry can leave it. A 64-bit add would cost a carry chain per wgmma in the loop.
+// Moves a descriptor's start address by `bytes` (a multiple of 16).
 __device__ __forceinline__ uint64_t advance_descriptor(uint64_t descriptor, uint32_t bytes) {
-  const uint32_t low = uint32_t(descriptor) + (bytes >> 4);
-  return (descriptor & 0xFFFFFFFF00000000ull) | low;
+  return descriptor + uint64_t(bytes >> 4);
 }
 
 // Orders register writes by ordinary instructions before the wgmma that reads/accumulates them.
