@@ -57,6 +57,35 @@ TEST(CApi, LastErrorClearsOnSuccess) {
   EXPECT_EQ(last_error(), "");
 }
 
+// Each thread remembers the last params that passed, so that a launch after its workspace-size call is not
+// validated again. A call whose params differ from those in any byte validation reads gets validation's own
+// answer: the same status and message as when nothing was remembered.
+template <class Params, class Check>
+void expect_every_changed_byte_validated_afresh(const Params& good, Check check) {
+  for (std::size_t byte = 0; byte < sizeof(Params); ++byte) {
+    if (byte >= offsetof(Params, workspace) && byte < offsetof(Params, workspace_bytes) + sizeof(std::size_t)) {
+      continue;  // the launch checks the workspace itself
+    }
+    Params changed = good;
+    reinterpret_cast<unsigned char*>(&changed)[byte] ^= 0xA5;
+    const flash4_status fresh = check(&changed);  // the good params are not remembered: validated
+    const std::string fresh_message = last_error();
+    ASSERT_EQ(check(&good), FLASH4_SUCCESS) << last_error();
+    EXPECT_EQ(check(&changed), fresh) << "byte " << byte;
+    EXPECT_EQ(last_error(), fresh_message) << "byte " << byte;
+  }
+}
+
+TEST(CApi, ParamsDifferingFromTheLastValidOnesAreValidatedAfresh) {
+  expect_every_changed_byte_validated_afresh(valid_fwd(), flash4_fwd_check);
+  expect_every_changed_byte_validated_afresh(valid_bwd(), flash4_bwd_check);
+  const auto sized_fwd = [](const flash4_fwd_params* p) {
+    std::size_t bytes = 0;
+    return flash4_fwd_workspace_size(p, &bytes);
+  };
+  expect_every_changed_byte_validated_afresh(valid_fwd(), sized_fwd);
+}
+
 TEST(CApi, LastErrorIsPerThread) {
   flash4_fwd_params bad = valid_fwd();
   bad.head_dim = 84;
