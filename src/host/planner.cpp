@@ -17,7 +17,6 @@ FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device, 
   plan.tile = fwd_tile_config(kernel_head_dim != 0 ? kernel_head_dim : params.head_dim);
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;
-  plan.dynamic = forward_schedules_dynamically(params);
   const bool varlen = params.cu_seqlens_q != nullptr;
   // Varlen grids are sized by the longest sequence; the producer skips tiles past a shorter sequence's end.
   const int64_t rows_q = varlen ? params.max_seqlen_q : params.seqlen_q;
@@ -31,6 +30,9 @@ FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device, 
   plan.order = make_tile_order(params.batch, params.heads_q, num_m_blocks, plan.window_right >= 0, kv_bytes_per_head,
                                device.l2_bytes);
   plan.num_ctas = std::max(1, std::min(plan.order.num_tiles(), device.sm_count));
+  // With no more tiles than CTAs every CTA runs only its first tile, blockIdx.x, either way: the static walk
+  // then needs neither the counter nor the memset that zeroes it (a launch's worth of host time).
+  plan.dynamic = forward_schedules_dynamically(params) && plan.order.num_tiles() > plan.num_ctas;
   return plan;
 }
 

@@ -18,14 +18,17 @@ struct FwdPlan {
   FwdTileConfig tile;
   TileOrder order;
   int num_ctas = 0;      // persistent grid: min(tiles, SMs)
-  bool dynamic = false;  // tiles claimed from a counter in the workspace (fwd_params.hpp)
+  bool dynamic = false;  // tiles claimed from a counter in the workspace (fwd_params.hpp); only when the
+                         // tiles differ in cost and outnumber the CTAs
   int window_left = -1;  // effective window after folding causal in
   int window_right = -1;
 };
 
 // True when the forward's tiles differ in cost (causal, a window, or varlen sequences of different
 // lengths): a static walk then leaves SMs idle at the end, so the kernel claims tiles dynamically from a
-// counter in the workspace. Tiles of equal cost take the static walk, which needs no workspace.
+// counter in the workspace. Tiles of equal cost take the static walk, which needs no workspace. The
+// workspace is sized by this rule alone (the device is not known then); the plan uses the counter only
+// where there are more tiles than CTAs.
 bool forward_schedules_dynamically(const flash4_fwd_params& params);
 
 // kernel_head_dim: the head dim of the kernel that serves the call (host/kernel_choice.hpp); 0 takes
