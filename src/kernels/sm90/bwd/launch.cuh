@@ -8,6 +8,7 @@
 #include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/kernel.cuh"
 #include "kernels/sm90/bwd/prepost.cuh"
+#include "kernels/sm90/shared_memory_limit.cuh"
 
 namespace flash4::sm90 {
 
@@ -19,8 +20,11 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
                       params.heads_q, params.batch);
   bwd_preprocess_kernel<Element, kHeadDim><<<pre_grid, row_block, 0, stream>>>(params);
 
-  auto* kernel = params.has_softcap ? &bwd_kernel<Element, kHeadDim, true> : &bwd_kernel<Element, kHeadDim, false>;
-  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes());
+  constexpr auto* kSoftcapKernel = &bwd_kernel<Element, kHeadDim, true>;
+  constexpr auto* kPlainKernel = &bwd_kernel<Element, kHeadDim, false>;
+  auto* kernel = params.has_softcap ? kSoftcapKernel : kPlainKernel;
+  cudaError_t status = params.has_softcap ? raise_shared_memory_limit<kSoftcapKernel>(kCfg.smem_bytes())
+                                          : raise_shared_memory_limit<kPlainKernel>(kCfg.smem_bytes());
   if (status != cudaSuccess) return status;
   // num_ctas is the persistent grid (bwd_grid_ctas), or one CTA per tile for a kernel that is not
   // persistent.

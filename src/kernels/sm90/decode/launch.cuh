@@ -8,6 +8,7 @@
 #include "kernels/common/decode_params.hpp"
 #include "kernels/sm90/decode/combine.cuh"
 #include "kernels/sm90/decode/kernel.cuh"
+#include "kernels/sm90/shared_memory_limit.cuh"
 
 namespace flash4::decode {
 
@@ -16,9 +17,8 @@ inline constexpr int kSharedAlignmentSlack = 128;  // the kernel aligns its dyna
 template <class Element, int kHeadDim, int kRowTiles>
 cudaError_t launch_main(const DecodeParams& params, int ctas, cudaStream_t stream) {
   constexpr int kSharedBytes = Config<kHeadDim>::kSharedBytes + kSharedAlignmentSlack;
-  auto* kernel = &decode_kernel<Element, kHeadDim, kRowTiles>;
-  // Cheap and idempotent; per launch so that every device the process uses gets it.
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  constexpr auto* kernel = &decode_kernel<Element, kHeadDim, kRowTiles>;
+  const cudaError_t status = sm90::raise_shared_memory_limit<kernel>(kSharedBytes);
   if (status != cudaSuccess) return status;
   kernel<<<ctas, kThreads, kSharedBytes, stream>>>(params);
   return cudaGetLastError();
