@@ -33,9 +33,10 @@ def eager_call(*tensors):
 
 class Call:
     """What one attention call computes, besides its differentiable tensors: options, varlen metadata, and how
-    the differentiable inputs (q, k, v; or a packed qkv; or q and a packed kv) split into q, k and v."""
+    the differentiable inputs (q, k, v; or a packed qkv; or q and a packed kv) split into q, k and v. Under
+    autograd, _Attention.forward leaves the lse it computed in `lse`."""
 
-    __slots__ = ("options", "varlen", "split")
+    __slots__ = ("options", "varlen", "split", "lse")
 
     def __init__(self, options, varlen, split):
         self.options, self.varlen, self.split = options, varlen, split
@@ -46,7 +47,7 @@ def attention(call, *inputs):
     if torch.is_grad_enabled():
         for t in inputs:
             if t.requires_grad:
-                return _Attention.apply(call, *inputs)
+                return _Attention.apply(call, *inputs), call.lse
     return _launch.forward(*call.split(*inputs), call.options, call.varlen)
 
 
@@ -56,15 +57,14 @@ class _Attention(torch.autograd.Function):
         out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen)
         ctx.save_for_backward(*inputs, out, lse)
         ctx.call = call
-        # lse is an auxiliary output, as in FlashAttention: the backward takes no gradient for it, and is not
-        # handed one (materialized, it would be a tensor of zeros filled on every backward).
-        ctx.mark_non_differentiable(lse)
-        ctx.set_materialize_grads(False)
-        return out, lse
+        # lse is an auxiliary result, as in FlashAttention: it takes no gradient, so it leaves through `call`
+        # rather than as a second output, which autograd would wrap (and materialize a gradient for) on
+        # every call.
+        call.lse = lse
+        return out
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
-        # dout is never None: autograd runs this node only for a gradient of out, lse being non-differentiable.
+    def backward(ctx, dout):
         *inputs, out, lse = ctx.saved_tensors
         call = ctx.call
         if call.split is unpacked:

@@ -28,6 +28,7 @@ _FWD_SIZE = ctypes.sizeof(_abi.FwdParams)
 _BWD_SIZE = ctypes.sizeof(_abi.BwdParams)
 _NO_VARLEN = (0, 0, 0, 0, 0, 0)  # cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k
 _NOT_PAGED = (0, 0, 0, 0)  # block_table, block_table_stride, page_size, num_pages
+_PACKED = torch.contiguous_format
 
 
 class Options(NamedTuple):
@@ -150,16 +151,23 @@ def out_shape(q, v):
     return (*q.shape[:-1], v.shape[-1])
 
 
+# The allocations below are written in the forms torch parses fastest: empty_like, and sizes as separate
+# ints. torch.empty(shape_tuple, dtype=..., device=...) spends longer parsing its arguments than allocating.
+
+
 def empty_outputs(q, v):
     """out (q's shape with v's head dim), packed, and lse fp32."""
     device = q.device
-    return (torch.empty(out_shape(q, v), dtype=q.dtype, device=device),
-            torch.empty(lse_shape(q), dtype=torch.float32, device=device))
+    if v.shape[-1] == q.shape[-1]:
+        out = torch.empty_like(q, memory_format=_PACKED)
+    else:
+        out = torch.empty(*out_shape(q, v), dtype=q.dtype, device=device)
+    return out, torch.empty(*lse_shape(q), dtype=torch.float32, device=device)
 
 
 def empty_grads(q, k, v):
-    device = q.device
-    return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
+    return (torch.empty_like(q, memory_format=_PACKED), torch.empty_like(k, memory_format=_PACKED),
+            torch.empty_like(v, memory_format=_PACKED))
 
 
 def forward(q, k, v, options, varlen=None, block_table=None):
@@ -202,7 +210,9 @@ def run(direction, params, device):
     """
     lib = load_library()
     index = device.index
-    if index == torch.cuda.current_device():
+    # The raw query: torch.cuda.current_device() first checks that CUDA is initialized, which the CUDA
+    # tensors handed here already prove.
+    if index == torch._C._cuda_getDevice():
         error = _call_on_current_device(lib, direction, params, index, device)
     else:
         with torch.cuda.device(index):
@@ -216,10 +226,32 @@ def _call_on_current_device(lib, direction, params, index, device):
     # for it on every call. The workspace comes from torch's caching allocator on that stream, so freeing it
     # right after the launch is stream-ordered, and under CUDA graph capture it lands in the graph's pool.
     stream = torch._C._cuda_getCurrentRawStream(index)
-    error, workspace = call_library(lib, direction, params, stream,
-                                    lambda size: torch.empty(size, dtype=torch.uint8, device=device))
+    if direction == "fwd" and not torch._C._cuda_isCurrentStreamCapturing():
+        def allocate(size):
+            return _stream_workspace(index, stream, size, device)
+    else:
+        def allocate(size):
+            return torch.empty(size, dtype=torch.uint8, device=device)
+    error, workspace = call_library(lib, direction, params, stream, allocate)
     del workspace
     return error
+
+
+# The forward's workspace holds only its tile counter (a few hundred bytes), which every launch that uses
+# it zeroes first on its stream. One workspace per (device, stream) is therefore safe to reuse for every
+# eager forward on that stream, the calls being ordered by the stream, and it spares each call an
+# allocation and a free. Not under CUDA graph capture: a graph replayed on another stream would share
+# the counter with the eager calls, so a captured call allocates its own from the graph's pool.
+_STREAM_WORKSPACES = {}
+
+
+def _stream_workspace(index, stream, size, device):
+    key = (index, stream)
+    workspace = _STREAM_WORKSPACES.get(key)
+    if workspace is None or workspace.numel() < size:
+        workspace = torch.empty(size, dtype=torch.uint8, device=device)
+        _STREAM_WORKSPACES[key] = workspace
+    return workspace
 
 
 def call_library(lib, direction, params, stream, allocate):

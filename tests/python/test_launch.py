@@ -155,3 +155,15 @@ def test_the_forward_holds_the_packed_copies_it_hands_the_library(launches):
     out, lse = _launch.forward(q, k, k, OPTIONS)
     assert out.shape == q.shape and lse.shape == (2, 4, 64)
     assert launches == ["fwd"]
+
+
+def test_the_forward_workspace_is_kept_per_device_and_stream_and_grows(monkeypatch):
+    monkeypatch.setattr(_launch, "_STREAM_WORKSPACES", {})
+    cpu = torch.device("cpu")
+    first = _launch._stream_workspace(0, STREAM, 256, cpu)
+    assert first.numel() == 256 and first.dtype == torch.uint8
+    assert _launch._stream_workspace(0, STREAM, 128, cpu) is first  # reused: the stream orders its calls
+    assert _launch._stream_workspace(0, STREAM + 1, 256, cpu) is not first  # another stream, another counter
+    assert _launch._stream_workspace(1, STREAM, 256, cpu) is not first  # another device
+    grown = _launch._stream_workspace(0, STREAM, 512, cpu)
+    assert grown.numel() == 512 and _launch._stream_workspace(0, STREAM, 256, cpu) is grown

@@ -353,6 +353,36 @@ def test_cuda_graph_capture_and_replay(varlen):
     assert torch.equal(out, attend(*fresh))
 
 
+def test_the_forward_workspace_kept_per_stream_serves_overlapping_streams_and_graphs():
+    """Causal with more tiles than SMs: the forward claims its tiles from a counter in its workspace, which
+    flash4._launch keeps per stream for eager calls and allocates apart under graph capture. Eager calls on two
+    streams, and a graph's replays overlapping eager calls on its capture stream, each get every tile once."""
+    q, k, v = randn(4, 2048, 8, 128), randn(4, 2048, 8, 128), randn(4, 2048, 8, 128)
+    expected = run(flash_attn_func, q, k, v, causal=True)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = []
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                outs.append(flash_attn_func(q, k, v, causal=True))
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    capture = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture):
+        captured = flash_attn_func(q, k, v, causal=True)
+    capture.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):
+        graph.replay()
+        with torch.cuda.stream(capture):
+            outs.append(flash_attn_func(q, k, v, causal=True))
+    torch.cuda.current_stream().wait_stream(capture)
+    for out in outs + [captured]:
+        assert torch.equal(out, expected)
+
+
 def test_backward_reports_that_it_is_missing(backward_missing):
     if not backward_missing:
         pytest.skip("the library implements the backward")
