@@ -11,8 +11,9 @@ time is the bottleneck where it is the larger one. Modes:
 Providers, each on its own layout (no transposes in the timed call):
     flash4             flash4.flash_attn_func, q/k/v (B, N, H, D): the eager path
     flash4_op          torch.ops.flash4.fwd directly: the torch.library path that torch.compile uses
-    flash4_c           the two C calls alone (workspace size, launch) on a prebuilt params struct: the library's
-                       own host time, the floor of the two above (fwd only)
+    flash4_c           flash4._launch.run alone on a prebuilt params struct (the C calls: workspace size, the
+                       workspace's allocation, launch): the library's own host time, the floor of the two above
+                       (fwd and bwd; flash4 minus flash4_c is the Python wrapper's share, printed below the table)
     sdpa               F.scaled_dot_product_attention, q/k/v (B, H, N, D), torch's own backend choice
     sdpa_flash(FA2), sdpa_cudnn   the same under sdpa_kernel(backend), as the throughput sweep calls them
 """
@@ -72,11 +73,23 @@ def _forward(provider, q, k, v):
     return sdpa_with_backend
 
 
+def _backward_c(q, k, v):
+    """A zero-argument callable: the backward's C calls alone, on a params struct filled once."""
+    options = _launch.Options(q.shape[-1] ** -0.5, True, -1, 0, 0.0, False)
+    out, lse = _launch.forward(q, k, v, options)
+    dout = torch.randn_like(out)
+    grads = _launch.empty_grads(q, k, v)
+    params = _launch.bwd_params(dout, q, k, v, out, lse, *grads, options)
+    return lambda: _launch.run("bwd", params, q.device)
+
+
 def timed_call(provider, mode, shape):
     """The callable a row times, or None where the provider has no such mode."""
-    if provider == "flash4_c" and mode != "fwd":
+    if provider == "flash4_c" and mode == "fwd_grad":
         return None
     q, k, v = _inputs(provider, mode, shape)
+    if provider == "flash4_c" and mode == "bwd":
+        return _backward_c(*(t.detach() for t in (q, k, v)))
     forward = _forward(provider, q, k, v)
     if mode != "bwd":
         return forward
@@ -152,4 +165,15 @@ def table(rows):
             line += f"{cells['flash4']['host_us'] / cells['sdpa']['host_us']:>15.2f}"
         lines.append(line)
     lines.append("host us per call (GPU us per call); the host time sets the speed where it is the larger")
+    for mode, cells in by_mode.items():
+        if "flash4" not in cells:
+            continue
+        total = cells["flash4"]["host_us"]
+        parts = f"{mode}: flash4 {total:.1f} us"
+        if "flash4_c" in cells:
+            c_us = cells["flash4_c"]["host_us"]
+            parts += f" = C calls {c_us:.1f} + Python wrapper {total - c_us:.1f}"
+        if "sdpa" in cells:
+            parts += f"; sdpa {cells['sdpa']['host_us']:.1f} us"
+        lines.append(parts)
     return "\n".join(lines)

@@ -121,9 +121,13 @@ def test_host_overhead_mode_arguments_and_table():
     assert not bench.parse_args([]).host_overhead
     rows = [{"mode": "fwd", "provider": "flash4", "host_us": 20.0, "gpu_us": 8.0},
             {"mode": "fwd", "provider": "sdpa", "host_us": 40.0, "gpu_us": 9.5},
+            {"mode": "fwd", "provider": "flash4_c", "host_us": 12.5, "gpu_us": 8.0},
             {"mode": "bwd", "provider": "flash4", "host_us": 70.0, "gpu_us": 30.0}]
-    header, fwd, bwd, note = bench_host.table(rows).splitlines()
+    header, fwd, bwd, note, fwd_parts, bwd_parts = bench_host.table(rows).splitlines()
     assert header.split()[:3] == ["mode", "flash4", "flash4_op"] and header.endswith("flash4 / sdpa")
     assert fwd.startswith("fwd") and "20.0 (  8.0)" in fwd and "40.0 (  9.5)" in fwd and fwd.endswith("0.50")
     assert bwd.startswith("bwd") and "70.0" in bwd and not bwd.endswith("0.50")  # no SDPA row: no ratio
-    assert bench_host.timed_call("flash4_c", "bwd", (1, 8, 1, 64)) is None  # the C calls alone: forward only
+    assert fwd_parts == "fwd: flash4 20.0 us = C calls 12.5 + Python wrapper 7.5; sdpa 40.0 us"
+    assert bwd_parts == "bwd: flash4 70.0 us"
+    # The C calls alone: no autograd graph to record.
+    assert bench_host.timed_call("flash4_c", "fwd_grad", (1, 8, 1, 64)) is None
