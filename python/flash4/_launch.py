@@ -224,34 +224,41 @@ def run(direction, params, device):
 def _call_on_current_device(lib, direction, params, index, device):
     # torch's current stream as a raw handle: the public torch.cuda.current_stream() builds a Stream object
     # for it on every call. The workspace comes from torch's caching allocator on that stream, so freeing it
-    # right after the launch is stream-ordered, and under CUDA graph capture it lands in the graph's pool.
+    # (a large one, right after the launch) is stream-ordered, and under CUDA graph capture it lands in the
+    # graph's pool.
     stream = torch._C._cuda_getCurrentRawStream(index)
-    if direction == "fwd" and not torch._C._cuda_isCurrentStreamCapturing():
-        def allocate(size):
-            return _stream_workspace(index, stream, size, device)
-    else:
-        def allocate(size):
-            return torch.empty(size, dtype=torch.uint8, device=device)
+    allocate = workspace_allocator(index, stream, device, torch._C._cuda_isCurrentStreamCapturing())
     error, workspace = call_library(lib, direction, params, stream, allocate)
     del workspace
     return error
 
 
-# The forward's workspace holds only its tile counter (a few hundred bytes), which every launch that uses
-# it zeroes first on its stream. One workspace per (device, stream) is therefore safe to reuse for every
-# eager forward on that stream, the calls being ordered by the stream, and it spares each call an
-# allocation and a free. Not under CUDA graph capture: a graph replayed on another stream would share
-# the counter with the eager calls, so a captured call allocates its own from the graph's pool.
+# The library's launches initialize what they read of their workspace on the stream (the forward zeroes
+# its tile counter, the backward's preprocess its dQ accumulator rows and counter), so one workspace per
+# (device, stream) can serve every call on that stream, the calls being ordered by it. Kept up to a
+# bound: the small calls, whose host time sets their speed, are spared an allocation and a free, and
+# the large ones hold no memory past their call. Not under CUDA graph capture: a graph replayed on
+# another stream would share the workspace with the eager calls, so a captured call allocates its own
+# from the graph's pool.
+_KEPT_WORKSPACE_BYTES = 1 << 22
 _STREAM_WORKSPACES = {}
 
 
-def _stream_workspace(index, stream, size, device):
-    key = (index, stream)
-    workspace = _STREAM_WORKSPACES.get(key)
-    if workspace is None or workspace.numel() < size:
-        workspace = torch.empty(size, dtype=torch.uint8, device=device)
-        _STREAM_WORKSPACES[key] = workspace
-    return workspace
+def workspace_allocator(index, stream, device, capturing):
+    """allocate(bytes) for call_library: the workspace kept for (index, stream), grown when too small, or a
+    new one while capturing a CUDA graph or above the bound."""
+
+    def allocate(size):
+        if capturing or size > _KEPT_WORKSPACE_BYTES:
+            return torch.empty(size, dtype=torch.uint8, device=device)
+        key = (index, stream)
+        workspace = _STREAM_WORKSPACES.get(key)
+        if workspace is None or workspace.numel() < size:
+            workspace = torch.empty(size, dtype=torch.uint8, device=device)
+            _STREAM_WORKSPACES[key] = workspace
+        return workspace
+
+    return allocate
 
 
 def call_library(lib, direction, params, stream, allocate):

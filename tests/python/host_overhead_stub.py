@@ -5,9 +5,9 @@ torch.library path (what every call took before the eager path existed, and what
 
 STUB_LIBRARY: a libflash4.so stand-in whose entry points return success (STUB_SOURCE below, built by
 test_host_overhead_cpu.py, or by hand: gcc -shared -fPIC -Iinclude -x c - -o stub.so). No GPU is involved, so
-three things are changed here, in this process only: flash4._launch.run calls the stub with CPU tensors
-instead of finding a stream; the checks' "is this a CUDA tensor" reads "is this a CPU tensor"; and the ops get
-a CPU kernel (their CUDA one). Everything else is the package's code. Times are CPU time of this thread
+three things are changed here, in this process only: flash4._launch.run calls the stub with CPU tensors (the
+workspace kept as for stream 0) instead of finding a stream; the checks' "is this a CUDA tensor" reads "is this
+a CPU tensor"; and the ops get a CPU kernel (their CUDA one). Everything else is the package's code. Times are CPU time of this thread
 (time.thread_time), the least of `repeats` loops: a busy machine disturbs it far less than wall time, and
 only ever upwards. The GPU figures come from
 `python -m flash4.bench --host-overhead` on the device.
@@ -50,10 +50,10 @@ MODES = ("fwd", "fwd_grad", "bwd")
 
 def run_on_cpu(stub):
     """The three changes of the module's docstring."""
+    allocate = _launch.workspace_allocator(0, 0, torch.device("cpu"), capturing=False)
 
     def run(direction, params, device):
-        error, workspace = _launch.call_library(stub, direction, params, 0,
-                                                lambda size: torch.empty(size, dtype=torch.uint8))
+        error, workspace = _launch.call_library(stub, direction, params, 0, allocate)
         if error is not None:
             raise error
 

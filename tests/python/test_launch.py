@@ -157,13 +157,20 @@ def test_the_forward_holds_the_packed_copies_it_hands_the_library(launches):
     assert launches == ["fwd"]
 
 
-def test_the_forward_workspace_is_kept_per_device_and_stream_and_grows(monkeypatch):
+def test_small_workspaces_are_kept_per_device_and_stream_and_grow(monkeypatch):
     monkeypatch.setattr(_launch, "_STREAM_WORKSPACES", {})
     cpu = torch.device("cpu")
-    first = _launch._stream_workspace(0, STREAM, 256, cpu)
+    kept = _launch.workspace_allocator(0, STREAM, cpu, capturing=False)
+    first = kept(256)
     assert first.numel() == 256 and first.dtype == torch.uint8
-    assert _launch._stream_workspace(0, STREAM, 128, cpu) is first  # reused: the stream orders its calls
-    assert _launch._stream_workspace(0, STREAM + 1, 256, cpu) is not first  # another stream, another counter
-    assert _launch._stream_workspace(1, STREAM, 256, cpu) is not first  # another device
-    grown = _launch._stream_workspace(0, STREAM, 512, cpu)
-    assert grown.numel() == 512 and _launch._stream_workspace(0, STREAM, 256, cpu) is grown
+    assert kept(128) is first  # reused: the stream orders the calls that share it
+    assert _launch.workspace_allocator(0, STREAM + 1, cpu, False)(256) is not first  # another stream
+    assert _launch.workspace_allocator(1, STREAM, cpu, False)(256) is not first  # another device
+    grown = kept(512)
+    assert grown.numel() == 512 and kept(256) is grown
+    assert _launch.workspace_allocator(0, STREAM, cpu, False)(256) is grown
+    # Under graph capture, and above the bound, every call gets its own.
+    capturing = _launch.workspace_allocator(0, STREAM, cpu, capturing=True)
+    assert capturing(256) is not grown and capturing(256) is not capturing(256)
+    large = _launch._KEPT_WORKSPACE_BYTES + 1
+    assert kept(large) is not kept(large) and kept(256) is grown

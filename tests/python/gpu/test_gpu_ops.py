@@ -383,6 +383,32 @@ def test_the_forward_workspace_kept_per_stream_serves_overlapping_streams_and_gr
         assert torch.equal(out, expected)
 
 
+def test_the_backward_workspace_kept_per_stream_serves_overlapping_streams():
+    """A backward small enough for flash4._launch to keep its workspace per stream, on two streams at once:
+    each call's preprocess initializes what its kernels read there, so every gradient is the one computed
+    alone (deterministic mode: bit for bit)."""
+    q, k, v = (randn(2, 256, 4, 128, requires_grad=True) for _ in "qkv")
+    dout = randn(2, 256, 4, 128)
+
+    def gradients():
+        return torch.autograd.grad(flash_attn_func(q, k, v, causal=True, deterministic=True), (q, k, v), dout)
+
+    expected = run(gradients)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    results = []
+    for _ in range(3):
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                results.append(gradients())
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    for grads in results:
+        for got, want in zip(grads, expected):
+            assert torch.equal(got, want)
+
+
 def test_backward_reports_that_it_is_missing(backward_missing):
     if not backward_missing:
         pytest.skip("the library implements the backward")
