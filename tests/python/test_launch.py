@@ -174,3 +174,59 @@ def test_small_workspaces_are_kept_per_device_and_stream_and_grow(monkeypatch):
     assert capturing(256) is not grown and capturing(256) is not capturing(256)
     large = _launch._KEPT_WORKSPACE_BYTES + 1
     assert kept(large) is not kept(large) and kept(256) is grown
+
+
+def _fresh_bytes(fill, templates):
+    """bytes of fill() packed field by field: no template remembered."""
+    remembered, templates._by_key = templates._by_key, {}
+    try:
+        return bytes(fill())
+    finally:
+        templates._by_key = remembered
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_params_copied_from_a_template_equal_params_packed_field_by_field(varlen):
+    """The second call of a key copies the first's bytes and writes its own pointers (cu_seqlens too)."""
+    def call():
+        q, k = torch.zeros(2, 16, 4, 64, dtype=torch.bfloat16), torch.zeros(2, 16, 2, 64, dtype=torch.bfloat16)
+        out, lse, dq, dk = torch.zeros_like(q), torch.zeros(2, 4, 16), torch.zeros_like(q), torch.zeros_like(k)
+        offsets = _launch.Varlen(torch.tensor([0, 7, 16], dtype=torch.int32), torch.tensor([0, 9, 16], dtype=torch.int32),
+                                 9, 9) if varlen else None
+        if varlen:
+            q, k, out, dq, dk = (t[0] for t in (q, k, out, dq, dk))  # (total, heads, dim) rows
+            lse = lse[0]
+        return (q, k, out, lse, dq, dk, offsets)
+
+    held = []  # every call's tensors stay alive, so each call has addresses of its own
+    for _ in range(3):  # the first call packs and remembers, the others copy
+        held.append(call())
+        q, k, out, lse, dq, dk, offsets = held[-1]
+        fwd = lambda: _launch.fwd_params(q, k, k, out, lse, OPTIONS, offsets)  # noqa: E731
+        bwd = lambda: _launch.bwd_params(out, q, k, k, out, lse, dq, dk, dk, OPTIONS, offsets)  # noqa: E731
+        assert bytes(fwd()) == _fresh_bytes(fwd, _launch._FWD_TEMPLATES)
+        assert bytes(bwd()) == _fresh_bytes(bwd, _launch._BWD_TEMPLATES)
+        assert fwd().q == q.data_ptr() and fwd().lse == lse.data_ptr() and bwd().dv == dk.data_ptr()
+        if varlen:
+            assert fwd().cu_seqlens_k == offsets.cu_seqlens_k.data_ptr() == bwd().cu_seqlens_k
+
+
+def test_params_of_another_key_are_packed_anew():
+    q = torch.zeros(1, 16, 4, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 4, 16)
+    causal = _launch.fwd_params(q, q, q, q, lse, OPTIONS._replace(causal=True))
+    plain = _launch.fwd_params(q, q, q, q, lse, OPTIONS._replace(causal=False))
+    assert (causal.causal, plain.causal) == (1, 0)
+    longer = torch.zeros(1, 32, 4, 64, dtype=torch.bfloat16)
+    assert _launch.fwd_params(longer, q, q, longer, torch.zeros(1, 4, 32), OPTIONS).seqlen_q == 32
+
+
+def test_paged_params_copied_from_a_template_hold_their_own_block_table():
+    q, k = torch.zeros(100, 8, 64, dtype=torch.bfloat16), torch.zeros(40, 16, 2, 64, dtype=torch.bfloat16)
+    out, lse, cu = torch.zeros_like(q), torch.zeros(8, 100), torch.zeros(4, dtype=torch.int32)
+    tables = [torch.zeros(3, 10, dtype=torch.int32) for _ in range(3)]  # all alive: addresses of their own
+    for table in tables:
+        fwd = lambda: _launch.fwd_params(q, k, k, out, lse, OPTIONS, _launch.Varlen(cu, cu, 50, 150),  # noqa: E731
+                                         block_table=table)
+        assert fwd().block_table == table.data_ptr()
+        assert bytes(fwd()) == _fresh_bytes(fwd, _launch._FWD_TEMPLATES)
