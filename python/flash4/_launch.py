@@ -296,11 +296,12 @@ def _call_on_current_device(lib, direction, params, index, device):
 # The library's launches initialize what they read of their workspace on the stream (the forward zeroes
 # its tile counter, the backward's preprocess its dQ accumulator rows and counter), so one workspace per
 # (device, stream) can serve every call on that stream, the calls being ordered by it. Kept up to a
-# bound: the small calls, whose host time sets their speed, are spared an allocation and a free, and
-# the large ones hold no memory past their call. Not under CUDA graph capture: a graph replayed on
-# another stream would share the workspace with the eager calls, so a captured call allocates its own
-# from the graph's pool.
+# size: the small calls, whose host time sets their speed, are spared an allocation and a free, and the
+# large ones hold no memory past their call; and for at most _KEPT_WORKSPACES streams. Not under CUDA
+# graph capture: a graph replayed on another stream would share the workspace with the eager calls, so a
+# captured call allocates its own from the graph's pool.
 _KEPT_WORKSPACE_BYTES = 1 << 22
+_KEPT_WORKSPACES = 64  # streams (torch's pools hold 32 per priority and device; external ones are not pooled)
 _STREAM_WORKSPACES = {}
 
 
@@ -315,6 +316,8 @@ def workspace_allocator(index, stream, device, capturing):
         workspace = _STREAM_WORKSPACES.get(key)
         if workspace is None or workspace.numel() < size:
             workspace = torch.empty(size, dtype=torch.uint8, device=device)
+            if len(_STREAM_WORKSPACES) >= _KEPT_WORKSPACES:
+                _STREAM_WORKSPACES.clear()  # freeing is stream-ordered: no launch loses memory it reads
             _STREAM_WORKSPACES[key] = workspace
         return workspace
 

@@ -174,6 +174,10 @@ def test_small_workspaces_are_kept_per_device_and_stream_and_grow(monkeypatch):
     assert capturing(256) is not grown and capturing(256) is not capturing(256)
     large = _launch._KEPT_WORKSPACE_BYTES + 1
     assert kept(large) is not kept(large) and kept(256) is grown
+    # At most _KEPT_WORKSPACES streams are remembered: streams without end forget the older ones.
+    for stream in range(_launch._KEPT_WORKSPACES + 1):
+        _launch.workspace_allocator(0, stream, cpu, False)(256)
+    assert len(_launch._STREAM_WORKSPACES) <= _launch._KEPT_WORKSPACES
 
 
 def _fresh_bytes(fill, templates):
