@@ -3,6 +3,7 @@
 // view and one list of tensors, so every rule is written once, in the order flash4.h lists them.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <tuple>
@@ -22,8 +23,9 @@ using detail::Tensor;
 
 // Sizes of every released layout, oldest first. Appending a field to a params struct appends its new sizeof
 // here, and the shims' load step (c_api.cpp) gives the new field its default for callers of older layouts.
-constexpr std::size_t kFwdStructSizes[] = {sizeof(flash4_fwd_params)};
-constexpr std::size_t kBwdStructSizes[] = {sizeof(flash4_bwd_params)};
+// The first layouts ended where the sink field starts.
+constexpr std::size_t kFwdStructSizes[] = {offsetof(flash4_fwd_params, sink), sizeof(flash4_fwd_params)};
+constexpr std::size_t kBwdStructSizes[] = {offsetof(flash4_bwd_params, sink), sizeof(flash4_bwd_params)};
 
 constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
 // The kernels' exponentials are base 2: the host derives scale * log2(e) (or softcap * log2(e)) in fp32
@@ -84,6 +86,16 @@ Check check_varlen(const Problem& p) {
   for (const auto& [name, pointer] : {std::pair{"cu_seqlens_q", p.cu_seqlens_q}, std::pair{"cu_seqlens_k", p.cu_seqlens_k}}) {
     if (reinterpret_cast<std::uintptr_t>(pointer) % kCuSeqlensAlignBytes != 0) {
       return fail(FLASH4_ERROR_MISALIGNED, name, " is not ", kCuSeqlensAlignBytes, "-byte aligned (int32 array)");
+    }
+  }
+  return {};
+}
+
+// seqused_q / seqused_k are allowed with fixed length and varlen alike (as in FlashAttention 3).
+Check check_seqused(const Problem& p) {
+  for (const auto& [name, pointer] : {std::pair{"seqused_q", p.seqused_q}, std::pair{"seqused_k", p.seqused_k}}) {
+    if (reinterpret_cast<std::uintptr_t>(pointer) % alignof(std::int32_t) != 0) {
+      return fail(FLASH4_ERROR_MISALIGNED, name, " is not ", alignof(std::int32_t), "-byte aligned (int32 array)");
     }
   }
   return {};
@@ -167,7 +179,7 @@ Check check_mask(const Problem& p) {
 Check validate(const Problem& p, const std::vector<Tensor>& tensors, detail::Lse lse) {
   // check_varlen runs before the size checks because they read p.varlen(), which assumes a consistent pair.
   for (Check (*check)(const Problem&) :
-       {check_kind, check_varlen, check_sizes, check_varlen_totals, check_scores, check_mask}) {
+       {check_kind, check_varlen, check_seqused, check_sizes, check_varlen_totals, check_scores, check_mask}) {
     if (Check c = check(p); !c.ok()) return c;
   }
   return detail::check_memory(p, tensors, lse);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -40,6 +41,7 @@ struct Call {
   bool backward;
   std::size_t struct_size;
   std::size_t expected_size;
+  std::size_t first_layout_size;  // the layout before sink and seqused were appended
   std::int32_t deterministic;
   std::int32_t dtype;
   std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
@@ -49,6 +51,10 @@ struct Call {
   const std::int32_t* cu_seqlens_k;
   std::int32_t max_seqlen_q, max_seqlen_k, total_q, total_k;
   const void* lse;
+  const void* sink;
+  const void* dsink;
+  const std::int32_t* seqused_q;
+  const std::int32_t* seqused_k;
   std::vector<Tensor> tensors;
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
@@ -65,6 +71,7 @@ Call common(const Params& p, bool backward) {
   c.backward = backward;
   c.struct_size = p.struct_size;
   c.expected_size = sizeof(Params);
+  c.first_layout_size = offsetof(Params, sink);
   std::memcpy(&c.dtype, &p.dtype, sizeof(c.dtype));  // rule 3: read as an integer
   c.batch = p.batch;
   c.seqlen_q = p.seqlen_q;
@@ -84,6 +91,12 @@ Call common(const Params& p, bool backward) {
   c.total_q = p.total_q;
   c.total_k = p.total_k;
   c.lse = p.lse;
+  // A caller of the first layout has no such fields: they read as NULL.
+  if (c.struct_size == c.expected_size) {
+    c.sink = p.sink;
+    c.seqused_q = p.seqused_q;
+    c.seqused_k = p.seqused_k;
+  }
   return c;
 }
 
@@ -99,6 +112,7 @@ Call call_of(const flash4_fwd_params& p) {
 Call call_of(const flash4_bwd_params& p) {
   Call c = common(p, true);
   c.deterministic = p.deterministic;
+  if (c.struct_size == c.expected_size) c.dsink = p.dsink;
   c.tensors = {{"q", p.q, p.q_strides, true, false},     {"k", p.k, p.k_strides, false, false},
                {"v", p.v, p.v_strides, false, false},    {"o", p.o, p.o_strides, true, false},
                {"dout", p.dout, p.dout_strides, true, false}, {"dq", p.dq, p.dq_strides, true, true},
@@ -109,7 +123,7 @@ Call call_of(const flash4_bwd_params& p) {
 // ---- rules 1-8: values ----------------------------------------------------------------------------------
 
 Step rule_struct_and_kind(const Call& c) {
-  if (c.struct_size != c.expected_size) return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size");
+  if (c.struct_size != c.expected_size && c.struct_size != c.first_layout_size) return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size");
   if (c.backward && c.deterministic != 0 && c.deterministic != 1) {
     return reject(FLASH4_ERROR_INVALID_ARGUMENT, "deterministic");
   }
@@ -124,13 +138,16 @@ Step rule_struct_and_kind(const Call& c) {
 Step rule_varlen_fields(const Call& c) {
   if (c.cu_seqlens_q == nullptr && c.cu_seqlens_k != nullptr) return reject(FLASH4_ERROR_INVALID_VARLEN, "cu_seqlens_q");
   if (c.cu_seqlens_q != nullptr && c.cu_seqlens_k == nullptr) return reject(FLASH4_ERROR_INVALID_VARLEN, "cu_seqlens_k");
-  if (!c.varlen()) return {};
-  if (c.max_seqlen_q < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_q");
-  if (c.max_seqlen_k < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_k");
-  if (c.total_q < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_q");
-  if (c.total_k < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_k");
-  if (address(c.cu_seqlens_q) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_q");
-  if (address(c.cu_seqlens_k) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_k");
+  if (c.varlen()) {
+    if (c.max_seqlen_q < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_q");
+    if (c.max_seqlen_k < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_k");
+    if (c.total_q < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_q");
+    if (c.total_k < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_k");
+    if (address(c.cu_seqlens_q) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_q");
+    if (address(c.cu_seqlens_k) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_k");
+  }
+  if (address(c.seqused_q) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "seqused_q");
+  if (address(c.seqused_k) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "seqused_k");
   return {};
 }
 
@@ -173,6 +190,10 @@ Step rule_pointers(const Call& c) {
   }
   if (c.backward && c.lse == nullptr && c.rows(true) > 0) return reject(FLASH4_ERROR_NULL_POINTER, "lse");
   if (c.lse != nullptr && address(c.lse) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "lse");
+  if (c.backward && c.sink != nullptr && c.dsink == nullptr) return reject(FLASH4_ERROR_NULL_POINTER, "dsink");
+  if (c.backward && c.sink == nullptr && c.dsink != nullptr) return reject(FLASH4_ERROR_INVALID_ARGUMENT, "dsink");
+  if (address(c.sink) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "sink");
+  if (address(c.dsink) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "dsink");
   return {};
 }
 
@@ -221,6 +242,10 @@ std::vector<Array> arrays_of(const Call& c) {
     arrays.push_back({"cu_seqlens_q", c.cu_seqlens_q, (Int{c.batch} + 1) * 4, false});
     arrays.push_back({"cu_seqlens_k", c.cu_seqlens_k, (Int{c.batch} + 1) * 4, false});
   }
+  if (c.sink != nullptr) arrays.push_back({"sink", c.sink, Int{c.heads_q} * 4, false});
+  if (c.dsink != nullptr) arrays.push_back({"dsink", c.dsink, Int{c.heads_q} * 4, true});
+  if (c.seqused_q != nullptr) arrays.push_back({"seqused_q", c.seqused_q, Int{c.batch} * 4, false});
+  if (c.seqused_k != nullptr) arrays.push_back({"seqused_k", c.seqused_k, Int{c.batch} * 4, false});
   return arrays;
 }
 
