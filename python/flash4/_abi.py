@@ -105,6 +105,7 @@ class FwdParams(ctypes.Structure):
         + [(f"{name}_strides", Strides) for name in ("q", "k", "v", "o")]
         + _PROBLEM_FIELDS
         + _VARLEN_AND_WORKSPACE_FIELDS
+        + [("sink", ctypes.c_void_p), ("seqused_q", ctypes.c_void_p), ("seqused_k", ctypes.c_void_p)]
     )
 
 
@@ -129,6 +130,8 @@ class BwdParams(ctypes.Structure):
         + _PROBLEM_FIELDS
         + [("deterministic", ctypes.c_int32)]
         + _VARLEN_AND_WORKSPACE_FIELDS
+        + [("sink", ctypes.c_void_p), ("dsink", ctypes.c_void_p), ("seqused_q", ctypes.c_void_p),
+           ("seqused_k", ctypes.c_void_p)]
     )
 
 

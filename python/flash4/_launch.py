@@ -12,7 +12,7 @@ on the same stream meanwhile, can be carved from it before the kernels have read
 """
 
 import ctypes
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -47,6 +47,22 @@ class Varlen(NamedTuple):
     cu_seqlens_k: Tensor
     max_seqlen_q: int
     max_seqlen_k: int
+
+
+class Extras(NamedTuple):
+    """FlashAttention-3/-4's optional tensors: learnable sink logits (float32, (Hq,), contiguous, as the kernels
+    read them) and the rows each sequence uses (int32, (batch,)). None: not given."""
+
+    sink: Optional[Tensor] = None
+    seqused_q: Optional[Tensor] = None
+    seqused_k: Optional[Tensor] = None
+
+
+NO_EXTRAS = Extras()
+
+
+def _pointer(t):
+    return 0 if t is None else t.data_ptr()
 
 
 def tma_ready(t):
@@ -104,28 +120,32 @@ def _dtype_code(q):
     return code
 
 
-def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None):
+def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, extras=NO_EXTRAS):
     """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
     tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them."""
     problem, varlen_fields = _problem(q, k, options, varlen)
     q_strides, k_strides, v_strides, out_strides = strides or (_strides(t) for t in (q, k, v, out))
+    sink, seqused_q, seqused_k = extras
     return _abi.FWD_PACKER.pack(
         _FWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         *q_strides, *k_strides, *v_strides, *out_strides,
-        *problem, *varlen_fields, 0, 0,
+        *problem, *varlen_fields, 0, 0, _pointer(sink), _pointer(seqused_q), _pointer(seqused_k),
     )
 
 
-def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, strides=None):
+def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, strides=None, extras=NO_EXTRAS, dsink=None):
     """flash4_bwd_params for these tensors, which the caller keeps alive until the call. strides: the
-    flash4_strides of q, k, v, out, dout, dq, dk, dv when the caller has them."""
+    flash4_strides of q, k, v, out, dout, dq, dk, dv when the caller has them. dsink: float32 (Hq,), required
+    with extras.sink."""
     problem, varlen_fields = _problem(q, k, options, varlen)
     q_s, k_s, v_s, out_s, dout_s, dq_s, dk_s, dv_s = strides or (_strides(t) for t in (q, k, v, out, dout, dq, dk, dv))
+    sink, seqused_q, seqused_k = extras
     return _abi.BWD_PACKER.pack(
         _BWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         *q_s, *k_s, *v_s, *out_s, *dout_s, *dq_s, *dk_s, *dv_s,
         *problem, int(options.deterministic), *varlen_fields, 0, 0,
+        _pointer(sink), _pointer(dsink), _pointer(seqused_q), _pointer(seqused_k),
     )
 
 
@@ -149,28 +169,33 @@ def empty_grads(q, k, v):
     return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
 
 
-def forward(q, k, v, options, varlen=None):
-    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd."""
+def forward(q, k, v, options, varlen=None, extras=NO_EXTRAS):
+    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd. Rows past seqused_q are left as
+    torch.empty allocated them, as in FlashAttention 3."""
     (q, q_strides), (k, k_strides), (v, v_strides) = tma_ready(q), tma_ready(k), tma_ready(v)
     out, lse = empty_outputs(q)
     strides = (q_strides, k_strides, v_strides, _packed_strides(q.shape))
-    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides), q.device)
+    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, extras), q.device)
     return out, lse
 
 
-def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None):
-    """(dq, dk, dv) of flash4_bwd, written into `grads` (tensors TMA can address) when given, else new ones."""
+def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None, extras=NO_EXTRAS, dsink=None):
+    """(dq, dk, dv) of flash4_bwd, written into `grads` (tensors TMA can address) when given, else new ones;
+    with extras.sink, the sinks' gradient goes into `dsink` (float32 (Hq,)). New gradients of rows past
+    seqused are zeros (the kernels leave those rows alone; autograd must not see torch.empty's leftovers)."""
     (dout, dout_s), (q, q_s), (k, k_s), (v, v_s), (out, out_s) = (
         tma_ready(dout), tma_ready(q), tma_ready(k), tma_ready(v), tma_ready(out))
     lse = lse.contiguous()  # held here until the launch: see the module's docstring
     if grads is None:
-        dq, dk, dv = empty_grads(q, k, v)
+        unused_rows = extras.seqused_q is not None or extras.seqused_k is not None
+        dq, dk, dv = (torch.zeros_like(t, memory_format=torch.contiguous_format) for t in (q, k, v)) if unused_rows \
+            else empty_grads(q, k, v)
         grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
     else:
         dq, dk, dv = grads
         grad_strides = (_strides(dq), _strides(dk), _strides(dv))
     strides = (q_s, k_s, v_s, out_s, dout_s, *grad_strides)
-    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides), q.device)
+    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides, extras, dsink), q.device)
     return dq, dk, dv
 
 

@@ -31,14 +31,14 @@ _NEUTRAL = {
     "num_splits": (1, 0),  # FA3: split-KV count (1: none, 0: the library's choice)
     "pack_gqa": (None,),  # FA3: the library's choice of GQA packing
     "sm_margin": (0,),  # FA3: SMs left free for other work
-    "learnable_sink": (None,),  # FA4: attention sinks
+    "learnable_sink": (None,),  # FA4: attention sinks (taken by flash_attn_func and flash_attn_varlen_func)
 }
 _VARLEN_NEUTRAL = _NEUTRAL | {"seqused_q": (None,), "seqused_k": (None,)}  # FA3: used rows per sequence
 
 
 def flash_attn_func(
     q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-    deterministic=False, return_attn_probs=False, *, return_lse=False, **flash_attn_3_kwargs,
+    deterministic=False, return_attn_probs=False, *, return_lse=False, learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Exact attention over q (B, Sq, Hq, D) and k, v (B, Sk, Hkv, D).
 
@@ -46,23 +46,27 @@ def flash_attn_func(
     D in {64, 96, 128, 192, 256}, Hq a multiple of Hkv (GQA/MQA), Sq and Sk >= 0 (a sequence without keys
     gives out = 0, lse = -inf). softmax_scale defaults to 1/sqrt(D); softcap > 0 replaces each score s by
     softcap * tanh(s / softcap); deterministic=True asks the backward for bit-identical gradients across runs.
+    learnable_sink (FlashAttention-4's): None, or one logit per query head, shape (Hq,), float32 (or bf16 /
+    fp16), joining every row's softmax as a column without a value; it is not multiplied by softmax_scale, a
+    row without keys then gets out = 0 and lse = its sink, and it receives a gradient when it requires one.
     dropout_p must be 0, alibi_slopes None, return_attn_probs False; FlashAttention-3/-4 keywords (qv,
-    q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin, learnable_sink) only
-    at their neutral values. causal, deterministic and the return flags must be bools.
+    q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin) only at their neutral
+    values. causal, deterministic and the return flags must be bools.
 
     Returns out (B, Sq, Hq, D), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
     the natural-log sum of exp of each query row's scores. lse carries no gradient.
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _NEUTRAL)
     _checks.check_qkv(q, k, v, varlen=False)
+    _checks.check_sink(learnable_sink, q)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((q, k, v), _eager.unpacked, options, None, return_lse)
+    return run((q, k, v), _eager.unpacked, options, None, return_lse, learnable_sink)
 
 
 def flash_attn_varlen_func(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False,
     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-    block_table=None, *, return_lse=False, **flash_attn_3_kwargs,
+    block_table=None, *, return_lse=False, seqused_q=None, seqused_k=None, learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Exact attention over a batch of sequences of different lengths, packed row after row.
 
@@ -70,8 +74,12 @@ def flash_attn_varlen_func(
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v.
     cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total; sequences may
     be empty, and so may q or k (total 0). max_seqlen_* (ints) bound every sequence's length. Other arguments
-    as flash_attn_func; block_table (FlashAttention-2's paged KV cache) and FlashAttention-3's seqused_q /
-    seqused_k must be None.
+    as flash_attn_func (learnable_sink included); block_table (FlashAttention-2's paged KV cache) must be None.
+
+    seqused_q / seqused_k (FlashAttention-3's): None, or int32 CUDA tensors of one entry per sequence: sequence
+    b uses only its first seqused[b] rows (in [0, its length]; not checked, device memory); the masks align
+    to the used lengths. Rows of out and lse past seqused_q are left as allocated (torch.empty, as in
+    FlashAttention 3); the gradients of unused rows are 0. Unused rows of q, k, v must hold finite values.
 
     With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
     checked on the host and the call never waits for the stream (their consistency is the caller's promise,
@@ -86,22 +94,27 @@ def flash_attn_varlen_func(
         raise NotImplementedError("block_table (a paged KV cache) is not supported by flash4; pass None")
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.check_sink(learnable_sink, q)
+    for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+        _checks.check_seqused(name, used, q, cu_seqlens_q.shape[0] - 1)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((q, k, v), _eager.unpacked, options, varlen, return_lse)
+    return run((q, k, v), _eager.unpacked, options, varlen, return_lse, learnable_sink, (seqused_q, seqused_k))
 
 
-def run(inputs, split, options, varlen, return_lse):
+def run(inputs, split, options, varlen, return_lse, sink=None, seqused=(None, None)):
     """out, or (out, lse), of the checked call on `inputs` (differentiable tensors that split(*inputs) turns
-    into q, k, v): eagerly through flash4._eager, or through the torch ops when torch has to see the call."""
+    into q, k, v) and the optional sink logits (differentiable too) and seqused tensors: eagerly through
+    flash4._eager, or through the torch ops when torch has to see the call."""
     if type(return_lse) is not bool:
         _checks.check_flag("return_lse", return_lse)
     tensors = inputs if varlen is None else (*inputs, varlen.cu_seqlens_q, varlen.cu_seqlens_k)
+    tensors += tuple(t for t in (sink, *seqused) if t is not None)
     if _eager.eager_call(*tensors):
-        out, lse = _eager.attention(_eager.Call(options, varlen, split), *inputs)
+        out, lse = _eager.attention(_eager.Call(options, varlen, split, seqused), *inputs, sink=sink)
     elif varlen is None:
-        out, lse = torch.ops.flash4.fwd(*split(*inputs), *options)
+        out, lse = torch.ops.flash4.fwd(*split(*inputs), *options, sink)
     else:
-        out, lse = torch.ops.flash4.varlen_fwd(*split(*inputs), *varlen, *options)
+        out, lse = torch.ops.flash4.varlen_fwd(*split(*inputs), *varlen, *options, sink, *seqused)
     return (out, lse) if return_lse else out
 
 
