@@ -14,7 +14,7 @@ Masking follows FlashAttention: causal is aligned to the bottom right when seqle
 window_size = (left, right) keeps key j for query i iff i + Sk - Sq - left <= j <= i + Sk - Sq + right,
 -1 (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local causal
 attention). A query row that sees no key (a fully masked row, or a sequence without keys) gets out = 0 and
-lse = -inf, and passes no gradient.
+lse = -inf (its sink with learnable_sink), and passes no gradient to q, k and v.
 """
 
 import torch
