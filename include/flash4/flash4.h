@@ -7,10 +7,11 @@
  * synchronizes, prints or exits.
  *
  * Conventions
- *  - Tensors: q (B, Sq, Hq, D), k/v (B, Sk, Hkv, D), o (B, Sq, Hq, D); strides in elements, int64;
- *    the last (head) dimension must be contiguous. Varlen (cu_seqlens_q != NULL): q/o are (total_q, Hq, D)
- *    and k/v are (total_k, Hkv, D); the batch strides are ignored; sequence b spans rows
- *    [cu_seqlens_q[b], cu_seqlens_q[b+1]).
+ *  - Tensors: q, dq (B, Sq, Hq, D); k, dk (B, Sk, Hkv, D); v, dv (B, Sk, Hkv, Dv); o, dout (B, Sq, Hq, Dv),
+ *    where D = head_dim and Dv = head_dim_v (0 in the params means Dv = D); strides in elements, int64;
+ *    the last (head) dimension must be contiguous. Varlen (cu_seqlens_q != NULL): the query-shaped tensors
+ *    are (total_q, Hq, D or Dv) and the key-shaped ones (total_k, Hkv, D or Dv); the batch strides are
+ *    ignored; sequence b spans rows [cu_seqlens_q[b], cu_seqlens_q[b+1]).
  *  - lse: fp32, natural log, one value per (batch, head, query row), laid out (B, Hq, Sq) contiguous, or
  *    (Hq, total_q) for varlen. A fully masked row gets O = 0 and LSE = -inf (LSE = the sink's logit with
  *    learnable sinks, below).
@@ -25,6 +26,11 @@
  *    causal = 1 is FlashAttention's "right window 0": it sets the right edge to 0 whatever window_right is
  *    (any value >= -1 is accepted and ignored); window_left still applies.
  *  - softcap > 0 replaces each score s = scale * q.k by softcap * tanh(s / softcap).
+ *  - Head dims: kernels are built for some of 64, 96, 128, 192, 256 (CMake's FLASH4_HEAD_DIMS). A call is
+ *    served by the smallest built one >= max(D, Dv), FLASH4_ERROR_NO_KERNEL naming the dims when none is.
+ *    Its loads read exactly D (q, k) or Dv (v, o, dout) columns and fill the rest of the kernel's width
+ *    with zeros, which changes no score and no output column; nothing is written past column D of dq, dk
+ *    or past column Dv of o, dv (the padding of a row stride is left alone), and no padded copy is made.
  *  - Learnable sinks (sink != NULL; FlashAttention-4's learnable_sink, as gpt-oss uses them): sink[h] is one
  *    fp32 logit per query head that joins every row's softmax as one more column without a value. It is
  *    in natural-log units and NOT multiplied by softmax_scale (nor capped), as in FlashAttention-4:
@@ -47,18 +53,27 @@
  *
  * Validation rules, checked in this order; a call that breaks several gets the status of the first. Every
  * message starts with the name of the argument it is about. "Rows" are batch * seqlen (fixed length) or
- * total (varlen) of the query-shaped (q, o, dout, dq) or key-shaped (k, v, dk, dv) tensors; a tensor
- * without rows is never accessed, and rules 9-12 skip it (its pointer may be NULL).
+ * total (varlen) of the query-shaped (q, o, dout, dq) or key-shaped (k, v, dk, dv) tensors; with a paged
+ * cache (block_table set) k and v have num_pages * page_size rows, laid out (num_pages, page_size, heads_kv,
+ * head_dim) with the page stride as their batch stride, in varlen mode too. A tensor without rows is never
+ * accessed, and rules 9-12 skip it (its pointer may be NULL). Lk below is the longest key sequence:
+ * seqlen_k (fixed length) or min(max_seqlen_k, total_k) (varlen).
  *   1. params != NULL (NULL_POINTER); struct_size is the sizeof of a released layout (INVALID_STRUCT_SIZE).
+ *      Fields appended after the caller's layout read as 0 (the first layout ends before head_dim_v).
  *   2. Backward: deterministic is 0 or 1 (INVALID_ARGUMENT).
  *   3. dtype, read as an integer, is FLASH4_DTYPE_BF16 or FLASH4_DTYPE_FP16 (UNSUPPORTED_DTYPE); head_dim
- *      is 64, 96, 128, 192 or 256 (UNSUPPORTED_HEAD_DIM).
+ *      is a multiple of 8 in [8, 256], and head_dim_v is 0 or a multiple of 8 in [8, 256]
+ *      (UNSUPPORTED_HEAD_DIM): rows of 16-byte multiples, as TMA needs, up to the widest kernel. Any pair is
+ *      accepted (e.g. 192 with 128).
  *   4. cu_seqlens_q and cu_seqlens_k are both NULL or both set (INVALID_VARLEN, naming the NULL one). Varlen:
  *      max_seqlen_q, max_seqlen_k >= 1 and total_q, total_k >= 0 (INVALID_VARLEN); both cu_seqlens 4-byte
  *      aligned (MISALIGNED). seqused_q, seqused_k (either mode) 4-byte aligned when set (MISALIGNED).
  *   5. batch, heads_q, heads_kv >= 1; fixed length: seqlen_q, seqlen_k >= 0 (INVALID_SIZE); heads_q is a
  *      multiple of heads_kv (HEAD_RATIO).
  *   6. Varlen: total_q <= batch * max_seqlen_q and total_k <= batch * max_seqlen_k (INVALID_VARLEN).
+ *      Paged (block_table set): page_size a positive multiple of 16 and num_pages >= 1 (INVALID_SIZE);
+ *      block_table 4-byte aligned (MISALIGNED); block_table_stride >= ceil(Lk / page_size), the entries a
+ *      row must hold (INVALID_ARGUMENT).
  *   7. softmax_scale finite and > 0; softcap finite and >= 0; the fp32 constants the kernels derive from
  *      them finite: softmax_scale * log2(e) without softcap, softcap * log2(e) and softmax_scale / softcap
  *      with it (INVALID_ARGUMENT).
@@ -67,34 +82,37 @@
  *      (MISALIGNED). lse: the backward's must be non-NULL when there are query rows (NULL_POINTER); 4-byte
  *      aligned when set (MISALIGNED). Backward: dsink non-NULL when sink is set (NULL_POINTER) and NULL when
  *      it is not (INVALID_ARGUMENT). sink, dsink: 4-byte aligned when set (MISALIGNED).
- *  10. For each of those tensors, its batch (fixed length only), seq and head strides: > 0
+ *  10. For each of those tensors, its batch (fixed length, and paged k / v), seq and head strides: > 0
  *      (INVALID_ARGUMENT), < 2^39 elements (SIZE_OVERFLOW: TMA strides stay below 2^40 bytes), a multiple of
  *      8 elements = 16 bytes (MISALIGNED).
  *  11. Size limits, so that the kernels' int32 indices and sums cannot overflow (SIZE_OVERFLOW):
  *      a. seqlen_q, seqlen_k (fixed length) and total_q, total_k (varlen) <= FLASH4_MAX_SEQLEN = 2^29;
  *      b. for each tensor: rows * heads <= 2^31 - 1; its last element's byte offset
- *         ((batch-1) * stride.batch + (seq-1) * stride.seq + (heads-1) * stride.head + head_dim) * 2 - 1
- *         < 2^63, and the pointer plus that offset does not pass the end of the address space; likewise
- *         for lse (rows_q * heads_q floats), sink and dsink (heads_q floats each), seqused_q / seqused_k
- *         (batch int32 each) and, varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each);
+ *         ((batch-1) * stride.batch + (seq-1) * stride.seq + (heads-1) * stride.head + its D or Dv) * 2 - 1
+ *         < 2^63 (paged k / v: (num_pages-1) * stride.batch + (page_size-1) * stride.seq + ...), and the
+ *         pointer plus that offset does not pass the end of the address space; likewise for lse
+ *         (rows_q * heads_q floats), sink and dsink (heads_q floats each), seqused_q / seqused_k (batch int32
+ *         each), varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each) and, paged, block_table
+ *         ((batch-1) * block_table_stride + ceil(Lk / page_size) int32, when that is > 0);
  *      c. batch * heads_q * ceil(Lq / 64) and batch * heads_kv * ceil(Lk / 64) <= FLASH4_MAX_BLOCKS = 2^30,
  *         where Lq, Lk are seqlen_q, seqlen_k (fixed length) or min(max_seqlen, total) (varlen): blocks of
  *         64 rows over every (sequence, head), the count the kernels' tile indices are bounded by.
  *  12. Memory (INVALID_ARGUMENT), for each output in the order o, lse (forward) or dq, dk, dv, dsink
  *      (backward):
  *      a. an output tensor does not overlap itself: sort its dimensions of extent > 1 (batch when fixed
- *         length, seq, head, and the contiguous head_dim) by stride; each stride must exceed the largest
+ *         length, seq, head, and the contiguous D or Dv) by stride; each stride must exceed the largest
  *         offset the dimensions before it reach, the sum of (extent - 1) * stride over them;
  *      b. its byte span [first byte, last byte] does not intersect the span of any input (q, k, v; backward
- *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k; when set,
- *         sink and seqused_q / seqused_k), nor that of an output before it. Inputs may share memory with each
- *         other (views of one packed qkv tensor). lse spans rows_q * heads_q floats, dsink heads_q floats.
+ *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k; paged also
+ *         block_table, as in 11b; when set, sink and seqused_q / seqused_k), nor that of an output before it.
+ *         Inputs may share memory with each other (views of one packed qkv tensor). lse spans
+ *         rows_q * heads_q floats, dsink heads_q floats.
  * The workspace is checked by flash4_bwd itself (size, alignment), after these rules.
  *
- * How valid params are read: causal = 1 sets window_right = 0; varlen max_seqlen_q / max_seqlen_k are
- * lowered to total_q / total_k when larger (no sequence is longer than all rows); a window edge that reaches
- * past every key (window_left >= Lk) or query (window_right >= Lq, without causal) is unbounded (-1). None of
- * these changes which keys a query sees.
+ * How valid params are read: head_dim_v = 0 reads as head_dim; causal = 1 sets window_right = 0; varlen
+ * max_seqlen_q / max_seqlen_k are lowered to total_q / total_k when larger (no sequence is longer than all
+ * rows); a window edge that reaches past every key (window_left >= Lk) or query (window_right >= Lq, without
+ * causal) is unbounded (-1). None of these changes which keys a query sees.
  */
 #ifndef FLASH4_FLASH4_H
 #define FLASH4_FLASH4_H
@@ -119,7 +137,7 @@ typedef enum flash4_status {
   FLASH4_ERROR_INVALID_STRUCT_SIZE = 1, /* params.struct_size is not one this library knows */
   FLASH4_ERROR_NULL_POINTER = 2,        /* a required pointer is NULL */
   FLASH4_ERROR_UNSUPPORTED_DTYPE = 3,   /* dtype is not bf16 or fp16 (one this build lacks: NO_KERNEL) */
-  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim not in {64, 96, 128, 192, 256} (one without a kernel: NO_KERNEL) */
+  FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim or head_dim_v not a multiple of 8 in [8, 256] */
   FLASH4_ERROR_HEAD_RATIO = 5,          /* heads_q is not a multiple of heads_kv */
   FLASH4_ERROR_MISALIGNED = 6,          /* a pointer or stride breaks the 16-byte alignment TMA needs */
   FLASH4_ERROR_INVALID_SIZE = 7,        /* a negative or zero size where a positive one is required */
@@ -190,6 +208,27 @@ typedef struct flash4_fwd_params {
 
   void* workspace; /* device memory of at least flash4_fwd_workspace_size() bytes, or NULL if that is 0 */
   size_t workspace_bytes;
+  int32_t head_dim_v; /* 0: equal to head_dim */
+
+  /* Paged K/V (prefill against a paged KV cache, FlashAttention's block_table). NULL: k/v are as above.
+   * Set: k and v are (num_pages, page_size, heads_kv, D / Dv), k_strides.batch / v_strides.batch being the
+   * page strides, and key t of sequence b lives in page block_table[b * block_table_stride + t / page_size],
+   * row t % page_size. Sequence b has seqlen_k keys (fixed length) or cu_seqlens_k[b+1] - cu_seqlens_k[b]
+   * (varlen: cu_seqlens_k then gives lengths only, and total_k is not rows of k/v but their sum or any bound
+   * above it, such as batch * max_seqlen_k: a caller need not read cu_seqlens_k back). page_size is
+   * a multiple of 16; block_table is an int32 device array of batch rows, each holding at least
+   * ceil(Lk / page_size) entries (Lk: seqlen_k, or min(max_seqlen_k, total_k) for varlen).
+   * The entries live on the device, so the library cannot check them: an entry outside [0, num_pages) is
+   * never dereferenced and its keys read as zeros (K = V = 0: they score 0, count in the softmax's sum and
+   * add nothing to O), so such a row's output is defined but wrong. Cache rows of a sequence's last page
+   * past its length are read and masked: they must hold finite values (a NaN there reaches O as 0 * NaN;
+   * a cache allocated zeroed, or holding earlier sequences' keys, does). flash4_bwd has no paged form
+   * (paged caches are for inference).
+   * Callers of the layout without these fields (struct_size of that release) read as NULL. */
+  const int32_t* block_table;
+  int64_t block_table_stride; /* elements between the rows of consecutive sequences */
+  int32_t page_size;
+  int32_t num_pages;
 
   /* Fields appended after the first layout: a caller of an older layout (smaller struct_size) reads as
    * NULL here. */
@@ -236,6 +275,7 @@ typedef struct flash4_bwd_params {
 
   void* workspace;
   size_t workspace_bytes;
+  int32_t head_dim_v; /* 0: equal to head_dim */
 
   /* Appended after the first layout (NULL for a caller of the older one). */
   const float* sink;          /* as in the forward, which must have had the same sinks */
@@ -263,8 +303,9 @@ FLASH4_API flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stre
 FLASH4_API flash4_status flash4_bwd_check(const flash4_bwd_params* params);
 /* The backward's device workspace: at least this many bytes, 256-byte aligned (cudaMalloc's alignment).
  * A smaller one is FLASH4_ERROR_INVALID_ARGUMENT, a misaligned one FLASH4_ERROR_MISALIGNED. It holds an
- * fp32 dQ accumulator (4 bytes x heads_q x head_dim per padded query row); deterministic = 1 needs up to 4
- * of them, so size the workspace with the same `deterministic` value as the launch. */
+ * fp32 dQ accumulator (4 bytes x heads_q x the serving kernel's head dim per padded query row);
+ * deterministic = 1 needs up to 4 of them, so size the workspace with the same `deterministic` value as the
+ * launch. */
 FLASH4_API flash4_status flash4_bwd_workspace_size(const flash4_bwd_params* params, size_t* bytes);
 FLASH4_API flash4_status flash4_bwd(const flash4_bwd_params* params, flash4_stream_t stream);
 

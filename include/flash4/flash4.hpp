@@ -79,7 +79,7 @@ class Result {
 };
 
 // A strided 4-D view of device memory; sizes and strides in elements, the last dimension contiguous.
-//   fixed length: (batch, seq, heads, head_dim), e.g. q (B, Sq, Hq, D)
+//   fixed length: (batch, seq, heads, head_dim), e.g. q (B, Sq, Hq, D); v, o, dout, dv have v's head dim
 //   varlen:       the packed (total, heads, head_dim) tensor as (1, total, heads, head_dim); stride[0] is unused
 struct TensorView {
   void* data = nullptr;
@@ -120,6 +120,17 @@ struct VarlenArgs {
   std::int32_t batch = 0;         // number of sequences
   std::int32_t max_seqlen_q = 0;  // a bound on every query sequence's length (sizes the grid)
   std::int32_t max_seqlen_k = 0;
+};
+
+// A paged K/V cache for the forward (FlashAttention's block_table): k and v are views (num_pages, page_size,
+// heads_kv, head_dim) of the cache, and key t of sequence b lives in page
+// block_table[b * block_table_stride + t / page_size], row t % page_size (flash4.h has the rules). The key
+// counts cannot come from k's shape, so they are given here.
+struct PagedKvArgs {
+  const std::int32_t* block_table = nullptr;  // device memory, int32, batch rows
+  std::int64_t block_table_stride = 0;        // entries between consecutive sequences' rows
+  std::int32_t seqlen_k = 0;                  // fixed length: every sequence's keys
+  std::int32_t total_k = 0;                   // varlen: the sum of the key lengths, cu_seqlens_k[batch]
 };
 
 // How a Workspace gets device memory: plain function pointers, so that any pool (PyTorch's caching allocator,
@@ -254,35 +265,66 @@ inline Status check_same(NamedView t, NamedView like, unsigned dims) {
 
 inline constexpr unsigned kAllDims = 0b1111;
 inline constexpr unsigned kBatchAndHeadDim = 0b1001;  // what k shares with q (seq and heads may differ)
+inline constexpr unsigned kRowDims = 0b0111;          // batch, seq, heads: what v shares with k, o with q
+inline constexpr unsigned kHeadDimOnly = 0b1000;      // also what a paged cache shares with q
 
-// q-shaped views must match q; k-shaped views must match k; k must share q's batch and head_dim.
-inline Status check_views(NamedView q, NamedView k, std::initializer_list<NamedView> q_like,
-                          std::initializer_list<NamedView> k_like, bool varlen) {
+// The views of one call, by the shape they must have: q's (dq), k's (dk), v's (dv), and o's (o, dout): q's
+// rows and heads with v's head dim. k shares q's batch and head_dim; v shares k's batch, seq and heads and
+// has a head dim of its own (head_dim_v).
+struct ViewGroups {
+  std::initializer_list<NamedView> q_like, k_like, v_like, o_like;
+};
+
+inline Status check_views(NamedView q, NamedView k, NamedView v, ViewGroups groups, bool varlen) {
   const DType dtype = q.view->dtype;
-  for (NamedView t : {q, k}) {
+  for (NamedView t : {q, k, v}) {
     if (Status s = check_view(t, dtype, varlen); !s.ok()) return s;
   }
   if (Status s = check_same(k, q, kBatchAndHeadDim); !s.ok()) return s;
-  for (const auto& [group, like] : {std::pair{q_like, q}, std::pair{k_like, k}}) {
+  if (Status s = check_same(v, k, kRowDims); !s.ok()) return s;
+  for (const auto& [group, like] :
+       {std::pair{groups.q_like, q}, std::pair{groups.k_like, k}, std::pair{groups.v_like, v}}) {
     for (NamedView t : group) {
       if (Status s = check_view(t, dtype, varlen); !s.ok()) return s;
       if (Status s = check_same(t, like, kAllDims); !s.ok()) return s;
     }
   }
+  for (NamedView t : groups.o_like) {
+    if (Status s = check_view(t, dtype, varlen); !s.ok()) return s;
+    if (Status s = check_same(t, q, kRowDims); !s.ok()) return s;
+    if (Status s = check_same(t, v, kHeadDimOnly); !s.ok()) return s;
+  }
   return {};
+}
+
+// A paged forward's views: q and o as without paging; k a (num_pages, page_size, heads_kv, head_dim) cache
+// with q's dtype and head_dim, v the shape of k but for its head dim, which o shares.
+inline Status check_paged_views(NamedView q, NamedView k, NamedView o, NamedView v, bool varlen) {
+  const DType dtype = q.view->dtype;
+  for (NamedView t : {q, o}) {
+    if (Status s = check_view(t, dtype, varlen); !s.ok()) return s;
+  }
+  if (Status s = check_same(o, q, kRowDims); !s.ok()) return s;
+  for (NamedView t : {k, v}) {
+    if (Status s = check_view(t, dtype, false); !s.ok()) return s;
+  }
+  if (Status s = check_same(k, q, kHeadDimOnly); !s.ok()) return s;
+  if (Status s = check_same(v, k, kRowDims); !s.ok()) return s;
+  return check_same(o, v, kHeadDimOnly);
 }
 
 inline flash4_strides strides_of(const TensorView& v) { return {v.stride[0], v.stride[1], v.stride[2]}; }
 
 // The size, dtype, mask and varlen fields both params structs share.
 template <class Params>
-void fill_problem(Params& p, const TensorView& q, const TensorView& k, const AttnOptions& options,
-                  const VarlenArgs* varlen) {
+void fill_problem(Params& p, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const AttnOptions& options, const VarlenArgs* varlen) {
   p.struct_size = sizeof(Params);
   p.dtype = static_cast<flash4_dtype>(q.dtype);
   p.heads_q = static_cast<std::int32_t>(q.shape[2]);
   p.heads_kv = static_cast<std::int32_t>(k.shape[2]);
   p.head_dim = static_cast<std::int32_t>(q.shape[3]);
+  p.head_dim_v = static_cast<std::int32_t>(v.shape[3]);
   p.softmax_scale = options.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(q.shape[3])));
   p.causal = options.causal ? 1 : 0;
   p.window_left = options.window_left;
@@ -310,16 +352,28 @@ void fill_problem(Params& p, const TensorView& q, const TensorView& k, const Att
 }  // namespace detail
 
 // The C params for a forward call, after checking that the views agree with each other (an error names the
-// tensor). lse (optional) is fp32 (B, Hq, Sq) contiguous, or (Hq, total_q) for varlen. The workspace fields are
-// left empty; the library's own validation (flash4_fwd_check) runs when the params are used.
+// tensor). lse (optional) is fp32 (B, Hq, Sq) contiguous, or (Hq, total_q) for varlen. With `paged`, k and v
+// are the pages of a paged cache (PagedKvArgs). The workspace fields are left empty; the library's own
+// validation (flash4_fwd_check) runs when the params are used.
 inline Result<flash4_fwd_params> make_fwd_params(const TensorView& q, const TensorView& k, const TensorView& v,
                                                  const TensorView& o, float* lse, const AttnOptions& options,
-                                                 const VarlenArgs* varlen = nullptr) {
-  if (Status s = detail::check_views({"q", &q}, {"k", &k}, {{"o", &o}}, {{"v", &v}}, varlen != nullptr); !s.ok()) {
-    return s;
-  }
+                                                 const VarlenArgs* varlen = nullptr,
+                                                 const PagedKvArgs* paged = nullptr) {
+  const Status views =
+      paged == nullptr
+          ? detail::check_views({"q", &q}, {"k", &k}, {"v", &v}, {{}, {}, {}, {{"o", &o}}}, varlen != nullptr)
+          : detail::check_paged_views({"q", &q}, {"k", &k}, {"o", &o}, {"v", &v}, varlen != nullptr);
+  if (!views.ok()) return views;
   flash4_fwd_params p{};
-  detail::fill_problem(p, q, k, options, varlen);
+  detail::fill_problem(p, q, k, v, options, varlen);
+  if (paged != nullptr) {
+    p.block_table = paged->block_table;
+    p.block_table_stride = paged->block_table_stride;
+    p.page_size = static_cast<std::int32_t>(k.shape[1]);
+    p.num_pages = static_cast<std::int32_t>(k.shape[0]);
+    if (varlen == nullptr) p.seqlen_k = paged->seqlen_k;
+    else p.total_k = paged->total_k;
+  }
   p.q = q.data;
   p.k = k.data;
   p.v = v.data;
@@ -335,13 +389,15 @@ inline Result<flash4_fwd_params> make_fwd_params(const TensorView& q, const Tens
 // The C params for a backward call; as make_fwd_params, plus options.deterministic.
 inline Result<flash4_bwd_params> make_bwd_params(const BackwardTensors& t, const AttnOptions& options,
                                                  const VarlenArgs* varlen = nullptr) {
-  if (Status s = detail::check_views({"q", &t.q}, {"k", &t.k}, {{"o", &t.o}, {"dout", &t.dout}, {"dq", &t.dq}},
-                                     {{"v", &t.v}, {"dk", &t.dk}, {"dv", &t.dv}}, varlen != nullptr);
+  if (Status s = detail::check_views({"q", &t.q}, {"k", &t.k}, {"v", &t.v},
+                                     {{{"dq", &t.dq}}, {{"dk", &t.dk}}, {{"dv", &t.dv}},
+                                      {{"o", &t.o}, {"dout", &t.dout}}},
+                                     varlen != nullptr);
       !s.ok()) {
     return s;
   }
   flash4_bwd_params p{};
-  detail::fill_problem(p, t.q, t.k, options, varlen);
+  detail::fill_problem(p, t.q, t.k, t.v, options, varlen);
   p.deterministic = options.deterministic ? 1 : 0;
   p.q = t.q.data;
   p.k = t.k.data;
@@ -386,8 +442,8 @@ Status run(Result<Params> made, flash4_stream_t stream, Workspace& workspace,
 // Enqueues the forward on `stream` (asynchronous); o (and lse when not null) are written.
 inline Status forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                       float* lse, const AttnOptions& options, flash4_stream_t stream, Workspace& workspace,
-                      const VarlenArgs* varlen = nullptr) {
-  return detail::run(make_fwd_params(q, k, v, o, lse, options, varlen), stream, workspace,
+                      const VarlenArgs* varlen = nullptr, const PagedKvArgs* paged = nullptr) {
+  return detail::run(make_fwd_params(q, k, v, o, lse, options, varlen, paged), stream, workspace,
                      flash4_fwd_workspace_size, flash4_fwd);
 }
 

@@ -87,6 +87,10 @@ _VARLEN_AND_WORKSPACE_FIELDS = [
     ("workspace", ctypes.c_void_p),
     ("workspace_bytes", ctypes.c_size_t),
 ]
+# Appended to both structs after their first layout (which ends at the first of these).
+_APPENDED_FIELDS = [
+    ("head_dim_v", ctypes.c_int32),  # 0: equal to head_dim
+]
 
 
 class FwdParams(ctypes.Structure):
@@ -105,6 +109,13 @@ class FwdParams(ctypes.Structure):
         + [(f"{name}_strides", Strides) for name in ("q", "k", "v", "o")]
         + _PROBLEM_FIELDS
         + _VARLEN_AND_WORKSPACE_FIELDS
+        + _APPENDED_FIELDS
+        + [
+            ("block_table", ctypes.c_void_p),
+            ("block_table_stride", ctypes.c_int64),
+            ("page_size", ctypes.c_int32),
+            ("num_pages", ctypes.c_int32),
+        ]
         + [("sink", ctypes.c_void_p), ("seqused_q", ctypes.c_void_p), ("seqused_k", ctypes.c_void_p)]
     )
 
@@ -130,6 +141,7 @@ class BwdParams(ctypes.Structure):
         + _PROBLEM_FIELDS
         + [("deterministic", ctypes.c_int32)]
         + _VARLEN_AND_WORKSPACE_FIELDS
+        + _APPENDED_FIELDS
         + [("sink", ctypes.c_void_p), ("dsink", ctypes.c_void_p), ("seqused_q", ctypes.c_void_p),
            ("seqused_k", ctypes.c_void_p)]
     )

@@ -17,10 +17,12 @@ import torch
 
 from ._abi import DType
 
-# What the kernels are built for (CMake's FLASH4_DTYPES / FLASH4_HEAD_DIMS can build fewer; the C ABI then
-# reports FLASH4_ERROR_NO_KERNEL with the missing case).
+# What the library accepts. Kernels are built for head dims 64, 96, 128, 192 and 256; every multiple of 8 up
+# to 256 (rows of whole 16-byte units, as TMA reads them) is served by the smallest one at least as wide,
+# for q's and v's head dims alike (v's may differ from q's). CMake's FLASH4_DTYPES / FLASH4_HEAD_DIMS can
+# build fewer kernels; the C ABI then reports FLASH4_ERROR_NO_KERNEL with the missing case.
 DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16}
-HEAD_DIMS = (64, 96, 128, 192, 256)
+HEAD_DIMS = tuple(range(8, 257, 8))
 INT32_MAX = 2**31 - 1
 
 # float32's range: the C ABI takes softmax_scale and softcap as float, and the kernels form
@@ -37,8 +39,8 @@ def check_tensor_type(name, t):
 
 
 def check_qkv(q, k, v, varlen, need_cuda=True):
-    """q, k, v of one attention call: (B, S, H, D) each, or (total, H, D) each when varlen. need_cuda=False
-    for shape inference, which also serves meta tensors."""
+    """q, k, v of one attention call: (B, S, H, D) each, or (total, H, D) each when varlen, v's D possibly
+    another (head_dim_v). need_cuda=False for shape inference, which also serves meta tensors."""
     if not _plainly_valid(q, k, v, varlen, need_cuda):
         _explain_qkv(q, k, v, varlen, need_cuda)
 
@@ -47,7 +49,7 @@ def _plainly_valid(q, k, v, varlen, need_cuda):
     """True only if every check of _explain_qkv passes: the common case in one expression (one read of each
     piece of metadata); False sends the call to _explain_qkv, which names what is wrong."""
     try:
-        q_shape, k_shape = q.shape, k.shape
+        q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
         if varlen:
             (q_rows, heads_q, head_dim), (k_rows, heads_kv, k_head_dim) = q_shape, k_shape
             same_batch = True
@@ -56,7 +58,8 @@ def _plainly_valid(q, k, v, varlen, need_cuda):
             same_batch = k_batch == batch and 1 <= batch <= INT32_MAX
         dtype, device = q.dtype, q.get_device()
         return (
-            same_batch and v.shape == k_shape and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
+            same_batch and v_shape[:-1] == k_shape[:-1] and v_shape[-1] in HEAD_DIMS
+            and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
             and (q.is_cuda and k.is_cuda and v.is_cuda or not need_cuda)
             and k.get_device() == device and v.get_device() == device
             and q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
@@ -78,19 +81,16 @@ def _explain_qkv(q, k, v, varlen, need_cuda):
         _check_placement(name, t, q, need_cuda)
     q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
     head_dim = q_shape[-1]
-    if head_dim not in HEAD_DIMS:
-        raise NotImplementedError(
-            f"q has head_dim {head_dim}; flash4 implements head dims {', '.join(map(str, HEAD_DIMS))}"
-        )
+    for name, dim in (("q", head_dim), ("v", v_shape[-1])):
+        if dim not in HEAD_DIMS:
+            raise NotImplementedError(
+                f"{name} has head_dim {dim}; flash4 implements head dims that are multiples of 8 from 8 to 256"
+            )
     if k_shape[-1] != head_dim:
         raise ValueError(f"k has head_dim {k_shape[-1]} but q has {head_dim}; q . k needs the same head_dim")
-    if v_shape[-1] != head_dim:
-        raise NotImplementedError(
-            f"v has head_dim {v_shape[-1]} but q has {head_dim}: a value head dim other than the query's "
-            f"(head_dim_v != head_dim) is not implemented"
-        )
-    if v_shape != k_shape:
-        raise ValueError(f"v has shape {tuple(v_shape)} but k has {tuple(k_shape)}; they must match")
+    if v_shape[:-1] != k_shape[:-1]:
+        raise ValueError(f"v has shape {tuple(v_shape)} but k has {tuple(k_shape)}; they must match but for the "
+                         f"last (head_dim) dimension")
     if not varlen and k_shape[0] != q_shape[0]:
         raise ValueError(f"k has batch size {k_shape[0]} but q has {q_shape[0]}")
     for name, shape in (("q", q_shape), ("k", k_shape)):
@@ -100,6 +100,49 @@ def _explain_qkv(q, k, v, varlen, need_cuda):
         raise ValueError(
             f"q has {heads_q} heads, not a multiple of k's {heads_kv} (GQA/MQA need heads_q % heads_kv == 0)"
         )
+
+
+PAGE_SIZE_MULTIPLE = 16  # flash4.h, rule 6: a paged cache's pages hold a multiple of 16 rows
+
+
+def check_paged_qkv(q, k, v, block_table):
+    """q (total_q, Hq, D) and a paged cache k, v (num_pages, page_size, Hkv, D) with block_table
+    (batch, max_pages) int32 on q's device."""
+    for name, t, rank, layout in (("q", q, 3, "(total_tokens, heads, head_dim)"),
+                                  ("k", k, 4, "(num_pages, page_size, heads, head_dim)"),
+                                  ("v", v, 4, "(num_pages, page_size, heads, head_dim)")):
+        check_tensor_type(name, t)
+        if t.dim() != rank:
+            raise ValueError(f"{name} must be {rank}-D {layout} with block_table, got shape {tuple(t.shape)}")
+        _check_placement(name, t, q, need_cuda=True)
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise NotImplementedError(
+            f"q has head_dim {head_dim}; flash4 implements head dims {', '.join(map(str, HEAD_DIMS))}"
+        )
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"k has head_dim {k.shape[-1]} but q has {head_dim}; q . k needs the same head_dim")
+    if v.shape != k.shape:
+        raise ValueError(f"v has shape {tuple(v.shape)} but k has {tuple(k.shape)}; they must match")
+    num_pages, page_size, heads_kv = k.shape[0], k.shape[1], k.shape[2]
+    if num_pages < 1 or heads_kv < 1 or page_size < 1 or page_size % PAGE_SIZE_MULTIPLE:
+        raise ValueError(
+            f"k has shape {tuple(k.shape)}; a paged cache needs num_pages >= 1, heads >= 1 and a page_size that "
+            f"is a positive multiple of {PAGE_SIZE_MULTIPLE}"
+        )
+    if q.shape[-2] % heads_kv != 0:
+        raise ValueError(
+            f"q has {q.shape[-2]} heads, not a multiple of k's {heads_kv} (GQA/MQA need heads_q % heads_kv == 0)"
+        )
+    check_tensor_type("block_table", block_table)
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must have dtype torch.int32, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] < 1:
+        raise ValueError(f"block_table must be 2-D (batch, max_pages) with batch >= 1, got {tuple(block_table.shape)}")
+    if not block_table.is_cuda or block_table.get_device() != q.get_device():
+        raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
+    if block_table.stride(1) != 1 and block_table.shape[1] > 1:
+        raise ValueError(f"block_table must be contiguous in its last dimension, got strides {block_table.stride()}")
 
 
 def _check_placement(name, t, q, need_cuda):

@@ -52,7 +52,7 @@ def attention(call, *inputs, sink=None):
         for t in (*inputs, sink):
             if t is not None and t.requires_grad:
                 return _Attention.apply(call, sink, *inputs)
-    return _launch.forward(*call.split(*inputs), call.options, call.varlen, call.extras(_sink32(sink)))
+    return _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(_sink32(sink)))
 
 
 def _sink32(sink):
@@ -64,7 +64,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, sink, *inputs):
         sink32 = _sink32(sink)
-        out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen, call.extras(sink32))
+        out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(sink32))
         ctx.save_for_backward(*inputs, out, lse, sink32)
         ctx.call = call
         ctx.sink_dtype = None if sink is None else sink.dtype

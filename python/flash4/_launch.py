@@ -27,6 +27,7 @@ _ELEMENT_BYTES = 2  # bf16 and fp16, the only dtypes (_dtype_code refuses others
 _FWD_SIZE = ctypes.sizeof(_abi.FwdParams)
 _BWD_SIZE = ctypes.sizeof(_abi.BwdParams)
 _NO_VARLEN = (0, 0, 0, 0, 0, 0)  # cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k
+_NOT_PAGED = (0, 0, 0, 0)  # block_table, block_table_stride, page_size, num_pages
 
 
 class Options(NamedTuple):
@@ -120,16 +121,24 @@ def _dtype_code(q):
     return code
 
 
-def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, extras=NO_EXTRAS):
+def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_table=None, extras=NO_EXTRAS):
     """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
-    tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them."""
+    tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them.
+    block_table (varlen only): k and v are the pages (num_pages, page_size, Hkv, D / Dv) of a paged cache."""
     problem, varlen_fields = _problem(q, k, options, varlen)
     q_strides, k_strides, v_strides, out_strides = strides or (_strides(t) for t in (q, k, v, out))
+    paged_fields = _NOT_PAGED
+    if block_table is not None:
+        # total_k is then a bound on the sum of the key lengths (flash4.h), so cu_seqlens_k is never read back.
+        batch, max_seqlen_k = problem[0], varlen_fields[3]
+        varlen_fields = varlen_fields[:5] + (batch * max_seqlen_k,)
+        paged_fields = (block_table.data_ptr(), block_table.stride(0), k.shape[1], k.shape[0])
     sink, seqused_q, seqused_k = extras
     return _abi.FWD_PACKER.pack(
         _FWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         *q_strides, *k_strides, *v_strides, *out_strides,
-        *problem, *varlen_fields, 0, 0, _pointer(sink), _pointer(seqused_q), _pointer(seqused_k),
+        *problem, *varlen_fields, 0, 0, v.shape[-1], *paged_fields,
+        _pointer(sink), _pointer(seqused_q), _pointer(seqused_k),
     )
 
 
@@ -144,7 +153,7 @@ def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, stride
         _BWD_SIZE, _dtype_code(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         *q_s, *k_s, *v_s, *out_s, *dout_s, *dq_s, *dk_s, *dv_s,
-        *problem, int(options.deterministic), *varlen_fields, 0, 0,
+        *problem, int(options.deterministic), *varlen_fields, 0, 0, v.shape[-1],
         _pointer(sink), _pointer(dsink), _pointer(seqused_q), _pointer(seqused_k),
     )
 
@@ -157,10 +166,15 @@ def _packed_strides(shape):
     return (0, shape[1] * shape[2], shape[2])
 
 
-def empty_outputs(q):
-    """out like q, packed, and lse fp32."""
+def out_shape(q, v):
+    """q's shape with v's head dim (head_dim_v)."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def empty_outputs(q, v):
+    """out (q's shape with v's head dim), packed, and lse fp32."""
     device = q.device
-    return (torch.empty(q.shape, dtype=q.dtype, device=device),
+    return (torch.empty(out_shape(q, v), dtype=q.dtype, device=device),
             torch.empty(lse_shape(q), dtype=torch.float32, device=device))
 
 
@@ -169,13 +183,18 @@ def empty_grads(q, k, v):
     return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
 
 
-def forward(q, k, v, options, varlen=None, extras=NO_EXTRAS):
-    """(out like q, lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd. Rows past seqused_q are left as
-    torch.empty allocated them, as in FlashAttention 3."""
-    (q, q_strides), (k, k_strides), (v, v_strides) = tma_ready(q), tma_ready(k), tma_ready(v)
-    out, lse = empty_outputs(q)
-    strides = (q_strides, k_strides, v_strides, _packed_strides(q.shape))
-    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, extras), q.device)
+def forward(q, k, v, options, varlen=None, block_table=None, extras=NO_EXTRAS):
+    """(out (q's shape with v's head dim), lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd; with block_table
+    (varlen), k and v are the pages of a paged cache, read in place (a copy of a whole cache would cost more
+    than the call). Rows past seqused_q are left as torch.empty allocated them, as in FlashAttention 3."""
+    q, q_strides = tma_ready(q)
+    if block_table is None:
+        (k, k_strides), (v, v_strides) = tma_ready(k), tma_ready(v)
+    else:
+        k_strides, v_strides = _strides(k), _strides(v)
+    out, lse = empty_outputs(q, v)
+    strides = (q_strides, k_strides, v_strides, _packed_strides(out.shape))
+    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, block_table, extras), q.device)
     return out, lse
 
 

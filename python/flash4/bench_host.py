@@ -58,7 +58,7 @@ def _forward(provider, q, k, v):
         return lambda: torch.ops.flash4.fwd(q, k, v, *options)[0]
     if provider == "flash4_c":
         options = _launch.Options(q.shape[-1] ** -0.5, True, -1, 0, 0.0, False)
-        out, lse = _launch.empty_outputs(q)
+        out, lse = _launch.empty_outputs(q, v)
         params = _launch.fwd_params(q, k, v, out, lse, options)
         return lambda: _launch.run("fwd", params, q.device)
     if provider == "sdpa":

@@ -20,7 +20,7 @@ lse = -inf (its sink with learnable_sink), and passes no gradient to q, k and v.
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from . import _checks, _eager, ops  # noqa: F401  (ops registers torch.ops.flash4.*, which run() calls)
+from . import _checks, _eager, _launch, ops  # noqa: F401  (ops registers torch.ops.flash4.*, which run() calls)
 from ._launch import Options, Varlen
 
 # FlashAttention-3/-4 keyword arguments and the values at which they ask nothing of flash4.
@@ -40,11 +40,12 @@ def flash_attn_func(
     q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
     deterministic=False, return_attn_probs=False, *, return_lse=False, learnable_sink=None, **flash_attn_3_kwargs,
 ):
-    """Exact attention over q (B, Sq, Hq, D) and k, v (B, Sk, Hkv, D).
+    """Exact attention over q (B, Sq, Hq, D), k (B, Sk, Hkv, D) and v (B, Sk, Hkv, Dv).
 
     bf16 or fp16 CUDA tensors, any strides with a contiguous last dimension (views of a packed qkv work),
-    D in {64, 96, 128, 192, 256}, Hq a multiple of Hkv (GQA/MQA), Sq and Sk >= 0 (a sequence without keys
-    gives out = 0, lse = -inf). softmax_scale defaults to 1/sqrt(D); softcap > 0 replaces each score s by
+    D and Dv multiples of 8 from 8 to 256 (Dv = D usually; e.g. 192 and 128 too), Hq a multiple of Hkv
+    (GQA/MQA), Sq and Sk >= 0 (a sequence without keys gives out = 0, lse = -inf). softmax_scale defaults to
+    1/sqrt(D); softcap > 0 replaces each score s by
     softcap * tanh(s / softcap); deterministic=True asks the backward for bit-identical gradients across runs.
     learnable_sink (FlashAttention-4's): None, or one logit per query head, shape (Hq,), float32 (or bf16 /
     fp16), joining every row's softmax as a column without a value; it is not multiplied by softmax_scale, a
@@ -53,7 +54,7 @@ def flash_attn_func(
     q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin) only at their neutral
     values. causal, deterministic and the return flags must be bools.
 
-    Returns out (B, Sq, Hq, D), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
+    Returns out (B, Sq, Hq, Dv), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
     the natural-log sum of exp of each query row's scores. lse carries no gradient.
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _NEUTRAL)
@@ -70,16 +71,26 @@ def flash_attn_varlen_func(
 ):
     """Exact attention over a batch of sequences of different lengths, packed row after row.
 
-    q is (total_q, Hq, D) and k, v are (total_k, Hkv, D); sequence b holds rows
+    q is (total_q, Hq, D), k is (total_k, Hkv, D) and v (total_k, Hkv, Dv); sequence b holds rows
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v.
     cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total; sequences may
     be empty, and so may q or k (total 0). max_seqlen_* (ints) bound every sequence's length. Other arguments
-    as flash_attn_func (learnable_sink included); block_table (FlashAttention-2's paged KV cache) must be None.
+    as flash_attn_func (learnable_sink included).
 
     seqused_q / seqused_k (FlashAttention-3's): None, or int32 CUDA tensors of one entry per sequence: sequence
     b uses only its first seqused[b] rows (in [0, its length]; not checked, device memory); the masks align
     to the used lengths. Rows of out and lse past seqused_q are left as allocated (torch.empty, as in
     FlashAttention 3); the gradients of unused rows are 0. Unused rows of q, k, v must hold finite values.
+
+    block_table (FlashAttention-2's paged KV cache, for prefill against it): an int32 CUDA tensor
+    (batch, max_pages); k and v are then the cache's pages (num_pages, page_size, Hkv, D), page_size a
+    multiple of 16, and key t of sequence b is row t % page_size of page block_table[b, t // page_size].
+    cu_seqlens_k then gives the key lengths only. Forward only: with a gradient required of q, k or v it
+    raises NotImplementedError (flash4 has no backward through a paged cache), as it does under
+    torch.compile, fake tensors and the other modes that need the torch ops. A table entry outside
+    [0, num_pages) is never dereferenced: its page reads as zeros (flash4.h). Rows of a sequence's last page
+    past its length are read and masked, so they must hold finite values (a zeroed cache does). With
+    block_table, learnable_sink and seqused_q / seqused_k must be None.
 
     With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
     checked on the host and the call never waits for the stream (their consistency is the caller's promise,
@@ -87,11 +98,15 @@ def flash_attn_varlen_func(
     wait on the stream, impossible under torch.compile and CUDA graph capture), checked, and the missing
     bound is taken from them.
 
-    Returns out (total_q, Hq, D), or (out, lse) with return_lse: lse (Hq, total_q) fp32.
+    Returns out (total_q, Hq, Dv), or (out, lse) with return_lse: lse (Hq, total_q) fp32.
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _VARLEN_NEUTRAL)
     if block_table is not None:
-        raise NotImplementedError("block_table (a paged KV cache) is not supported by flash4; pass None")
+        for name, value in (("learnable_sink", learnable_sink), ("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+            if value is not None:
+                raise NotImplementedError(f"{name} with block_table (a paged KV cache) is not supported; pass None")
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                             window_size, softcap, deterministic, block_table, return_lse)
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.check_sink(learnable_sink, q)
@@ -99,6 +114,66 @@ def flash_attn_varlen_func(
         _checks.check_seqused(name, used, q, cu_seqlens_q.shape[0] - 1)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
     return run((q, k, v), _eager.unpacked, options, varlen, return_lse, learnable_sink, (seqused_q, seqused_k))
+
+
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
+                  softcap, deterministic, block_table, return_lse):
+    """flash_attn_varlen_func on a paged cache: checked here, launched eagerly (forward only)."""
+    if type(return_lse) is not bool:
+        _checks.check_flag("return_lse", return_lse)
+    _checks.check_paged_qkv(q, k, v, block_table)
+    _checks.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
+    _checks.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q)
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0] or block_table.shape[0] != cu_seqlens_q.shape[0] - 1:
+        raise ValueError(
+            f"cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets, cu_seqlens_k {cu_seqlens_k.shape[0]} and block_table "
+            f"{block_table.shape[0]} rows; they must be batch + 1, batch + 1 and batch"
+        )
+    for name, bound in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if bound is not None:
+            _checks.check_int(name, bound, low=0)
+    if max_seqlen_k is not None:
+        _check_table_capacity(max_seqlen_k, block_table, k)
+    options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "block_table: flash4 has no backward through a paged KV cache (paged caches serve inference); "
+            "call it under torch.no_grad() or pass tensors that do not require grad"
+        )
+    if not _eager.eager_call(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table):
+        raise NotImplementedError(
+            "block_table is supported in eager mode only: not under torch.compile, fake tensors, tensor "
+            "subclasses, dispatch modes or functorch transforms"
+        )
+    if max_seqlen_q is None or max_seqlen_k is None:
+        max_seqlen_q, max_seqlen_k = _paged_bounds(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        _check_table_capacity(max_seqlen_k, block_table, k)
+    varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    out, lse = _launch.forward(q, k, v, options, varlen, block_table)
+    return (out, lse) if return_lse else out
+
+
+def _check_table_capacity(max_seqlen_k, block_table, k):
+    """A block_table row must hold the pages of the longest key sequence."""
+    capacity = block_table.shape[1] * k.shape[1]
+    if max_seqlen_k > capacity:
+        raise ValueError(
+            f"max_seqlen_k = {max_seqlen_k} but a block_table row holds {block_table.shape[1]} pages of "
+            f"{k.shape[1]} keys = {capacity}"
+        )
+
+
+def _paged_bounds(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """(max_seqlen_q, max_seqlen_k) of a paged call, the missing ones read from the offsets (one wait)."""
+    offsets_q, offsets_k = torch.stack([cu_seqlens_q, cu_seqlens_k]).tolist()
+    longest_q = max(end - start for start, end in zip(offsets_q, offsets_q[1:]))
+    longest_k = max(end - start for start, end in zip(offsets_k, offsets_k[1:]))
+    bound_q = longest_q if max_seqlen_q is None else max_seqlen_q
+    bound_k = longest_k if max_seqlen_k is None else max_seqlen_k
+    _checks.check_cu_seqlens_values("cu_seqlens_q", offsets_q, "q", q.shape[0], "max_seqlen_q", bound_q)
+    # The keys are not packed rows of k: their total is whatever the lengths sum to.
+    _checks.check_cu_seqlens_values("cu_seqlens_k", offsets_k, "the keys", offsets_k[-1], "max_seqlen_k", bound_k)
+    return bound_q, bound_k
 
 
 def run(inputs, split, options, varlen, return_lse, sink=None, seqused=(None, None)):

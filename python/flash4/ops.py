@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from . import _checks, _launch
-from ._checks import DTYPES, HEAD_DIMS  # noqa: F401  (what the kernels are built for, for the ops' users)
+from ._checks import DTYPES, HEAD_DIMS  # noqa: F401  (what the library accepts, for the ops' users)
 from ._launch import Options, Varlen
 
 __all__ = ["DTYPES", "HEAD_DIMS", "Options", "Varlen", "bwd", "fwd", "varlen_bwd", "varlen_fwd"]
@@ -54,12 +54,13 @@ def _check(q, k, v, options, varlen, need_cuda=True):
     return options._replace(window_left=left, window_right=right)
 
 
-def _check_backward(dout, q, out, lse):
-    for name, t, like in (("dout", dout, q), ("out", out, q)):
+def _check_backward(dout, q, v, out, lse):
+    out_shape = _launch.out_shape(q, v)
+    for name, t in (("dout", dout), ("out", out)):
         _checks.check_tensor_type(name, t)
-        if t.shape != like.shape or t.dtype != like.dtype:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} and dtype {t.dtype}; it must match q's "
-                             f"{tuple(like.shape)} and {like.dtype}")
+        if tuple(t.shape) != out_shape or t.dtype != q.dtype:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} and dtype {t.dtype}; it must be the forward's out, "
+                             f"{out_shape} (q's with v's head_dim) and {q.dtype}")
     _checks.check_tensor_type("lse", lse)
     if tuple(lse.shape) != _launch.lse_shape(q) or lse.dtype != torch.float32:
         raise ValueError(f"lse has shape {tuple(lse.shape)} and dtype {lse.dtype}; the backward needs the forward's "
@@ -72,10 +73,10 @@ def fwd(
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
     sink: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
-    """q (B, Sq, Hq, D), k/v (B, Sk, Hkv, D) -> out (B, Sq, Hq, D), lse (B, Hq, Sq) fp32."""
+    """q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) -> out (B, Sq, Hq, Dv), lse (B, Hq, Sq) fp32."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
-    return _launch.forward(q, k, v, options, None, _extras(q, sink))
+    return _launch.forward(q, k, v, options, extras=_extras(q, sink))
 
 
 @torch.library.custom_op("flash4::bwd", mutates_args=("dsink",), device_types="cuda")
@@ -88,7 +89,7 @@ def bwd(
     gradient into dsink."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     extras = _extras(q, sink)
     _checks.check_dsink(dsink, extras.sink)
     return _launch.backward(dout, q, k, v, out, lse, options, None, None, extras, dsink)
@@ -100,11 +101,12 @@ def varlen_fwd(
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
     sink: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
-    """q (total_q, Hq, D), k/v (total_k, Hkv, D) -> out (total_q, Hq, D), lse (Hq, total_q) fp32."""
+    """q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv) -> out (total_q, Hq, Dv), lse (Hq, total_q)."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
-    return _launch.forward(q, k, v, options, varlen, _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k))
+    extras = _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k)
+    return _launch.forward(q, k, v, options, varlen, extras=extras)
 
 
 def _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k, need_cuda=True):
@@ -126,7 +128,7 @@ def varlen_bwd(
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     extras = _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k)
     _checks.check_dsink(dsink, extras.sink)
     return _launch.backward(dout, q, k, v, out, lse, options, varlen, None, extras, dsink)
@@ -140,7 +142,7 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, determ
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     _check(q, k, v, options, None, need_cuda=False)
     _extras(q, sink, need_cuda=False)
-    return _launch.empty_outputs(q)
+    return _launch.empty_outputs(q, v)
 
 
 @varlen_fwd.register_fake
@@ -150,7 +152,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     _check(q, k, v, options, varlen, need_cuda=False)
     _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k, need_cuda=False)
-    return _launch.empty_outputs(q)
+    return _launch.empty_outputs(q, v)
 
 
 @bwd.register_fake
@@ -158,7 +160,7 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
       dsink=None):
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     _check(q, k, v, options, None, need_cuda=False)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     _checks.check_dsink(dsink, _extras(q, sink, need_cuda=False).sink)
     return _launch.empty_grads(q, k, v)
 
@@ -169,7 +171,7 @@ def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     _check(q, k, v, options, varlen, need_cuda=False)
-    _check_backward(dout, q, out, lse)
+    _check_backward(dout, q, v, out, lse)
     _checks.check_dsink(dsink, _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k, need_cuda=False).sink)
     return _launch.empty_grads(q, k, v)
 

@@ -21,13 +21,16 @@ using detail::Problem;
 using detail::Side;
 using detail::Tensor;
 
-// Sizes of every released layout, oldest first. Appending a field to a params struct appends its new sizeof
-// here, and the shims' load step (c_api.cpp) gives the new field its default for callers of older layouts.
-// The first layouts ended where the sink field starts.
-constexpr std::size_t kFwdStructSizes[] = {offsetof(flash4_fwd_params, sink), sizeof(flash4_fwd_params)};
-constexpr std::size_t kBwdStructSizes[] = {offsetof(flash4_bwd_params, sink), sizeof(flash4_bwd_params)};
+// Sizes of every released layout, oldest first: an older layout ends where the first field appended after
+// it begins. Appending a field to a params struct appends its new sizeof here, and the shims' load step
+// (entry.hpp) gives the new field its default for callers of older layouts.
+constexpr std::size_t kFwdStructSizes[] = {offsetof(flash4_fwd_params, head_dim_v), sizeof(flash4_fwd_params)};
+constexpr std::size_t kBwdStructSizes[] = {offsetof(flash4_bwd_params, head_dim_v), sizeof(flash4_bwd_params)};
 
-constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
+// Head dims: rows of whole 16-byte units (TMA's stride and box granularity, 8 bf16 or fp16 elements), up
+// to the widest kernel. Which built kernel serves a dim is the host's choice (host/kernel_choice.hpp).
+constexpr int kHeadDimMultiple = 8;
+constexpr int kMaxHeadDim = 256;
 // The kernels' exponentials are base 2: the host derives scale * log2(e) (or softcap * log2(e)) in fp32
 // (src/host/dispatch), so the validator derives the same fp32 values to check that they are finite.
 constexpr float kLog2e = 1.4426950408889634f;
@@ -56,8 +59,16 @@ Check check_kind(const Problem& p) {
     return fail(FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype is ", p.dtype,
                 "; allowed: FLASH4_DTYPE_BF16 (0), FLASH4_DTYPE_FP16 (1)");
   }
-  if (std::find(std::begin(kHeadDims), std::end(kHeadDims), p.head_dim) == std::end(kHeadDims)) {
-    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is ", p.head_dim, "; allowed: 64, 96, 128, 192, 256");
+  const auto supported = [](std::int32_t dim) {
+    return dim >= kHeadDimMultiple && dim <= kMaxHeadDim && dim % kHeadDimMultiple == 0;
+  };
+  if (!supported(p.head_dim)) {
+    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is ", p.head_dim, "; allowed: a multiple of ",
+                kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");
+  }
+  if (p.head_dim_v != 0 && !supported(p.head_dim_v)) {
+    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v is ", p.head_dim_v, "; allowed: 0 (equal to head_dim) ",
+                "or a multiple of ", kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");
   }
   return {};
 }
@@ -136,6 +147,33 @@ Check check_varlen_totals(const Problem& p) {
   return {};
 }
 
+// A paged cache's pages are loaded as TMA boxes of gcd(page_size, block_n) rows, one page each (block_n, the
+// forward's keys per stage, is a multiple of 16 in every tile config). A box must start on a whole swizzle
+// atom (8 rows) of the stage so that TMA writes the layout wgmma reads; a multiple of 16 also keeps a key
+// block to at most block_n / 16 boxes per column slice, few enough for the one producer thread to issue.
+constexpr int kPageSizeMultiple = 16;
+
+Check check_paged(const Problem& p) {
+  if (!p.paged()) return {};
+  if (p.page_size < kPageSizeMultiple || p.page_size % kPageSizeMultiple != 0) {
+    return fail(FLASH4_ERROR_INVALID_SIZE, "page_size is ", p.page_size, "; a paged cache needs a positive multiple of ",
+                kPageSizeMultiple, " rows per page");
+  }
+  if (p.num_pages < 1) {
+    return fail(FLASH4_ERROR_INVALID_SIZE, "num_pages is ", p.num_pages, "; a paged cache has at least one page");
+  }
+  constexpr std::uintptr_t kBlockTableAlignBytes = alignof(std::int32_t);
+  if (reinterpret_cast<std::uintptr_t>(p.block_table) % kBlockTableAlignBytes != 0) {
+    return fail(FLASH4_ERROR_MISALIGNED, "block_table is not ", kBlockTableAlignBytes, "-byte aligned (int32 array)");
+  }
+  if (p.block_table_stride < detail::pages_per_sequence(p)) {
+    return fail(FLASH4_ERROR_INVALID_ARGUMENT, "block_table_stride is ", p.block_table_stride, "; a row of the table must ",
+                "hold the ", detail::pages_per_sequence(p), " pages of the longest key sequence (", 
+                detail::longest(p, Side::key), " keys of ", p.page_size, " per page)");
+  }
+  return {};
+}
+
 Check check_scores(const Problem& p) {
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0) {
     return fail(FLASH4_ERROR_INVALID_ARGUMENT, "softmax_scale is ", p.softmax_scale,
@@ -179,7 +217,7 @@ Check check_mask(const Problem& p) {
 Check validate(const Problem& p, const std::vector<Tensor>& tensors, detail::Lse lse) {
   // check_varlen runs before the size checks because they read p.varlen(), which assumes a consistent pair.
   for (Check (*check)(const Problem&) :
-       {check_kind, check_varlen, check_seqused, check_sizes, check_varlen_totals, check_scores, check_mask}) {
+       {check_kind, check_varlen, check_seqused, check_sizes, check_varlen_totals, check_paged, check_scores, check_mask}) {
     if (Check c = check(p); !c.ok()) return c;
   }
   return detail::check_memory(p, tensors, lse);
@@ -187,6 +225,7 @@ Check validate(const Problem& p, const std::vector<Tensor>& tensors, detail::Lse
 
 template <class Params>
 Params canonical(Params p) {
+  if (p.head_dim_v == 0) p.head_dim_v = p.head_dim;
   const bool varlen = p.cu_seqlens_q != nullptr;
   // The lengths that bound every sequence: fixed lengths, or max_seqlen no larger than all rows.
   const std::int32_t longest_q = varlen ? std::min(p.max_seqlen_q, p.total_q) : p.seqlen_q;
@@ -219,11 +258,13 @@ bool is_known_struct_size(const flash4_bwd_params& params) {
 
 Check validate_fwd(const flash4_fwd_params& p) {
   if (Check c = check_struct_size(p.struct_size, kFwdStructSizes, "flash4_fwd_params"); !c.ok()) return c;
-  const std::vector<Tensor> tensors = {{"q", p.q, p.q_strides, Side::query, false},
-                                       {"k", p.k, p.k_strides, Side::key, false},
-                                       {"v", p.v, p.v_strides, Side::key, false},
-                                       {"o", p.o, p.o_strides, Side::query, true}};
-  return validate(detail::problem_of(p), tensors, detail::Lse{p.lse, false, true});
+  const Problem problem = detail::problem_of(p);
+  const std::int32_t d = p.head_dim, dv = problem.dim_v();
+  const std::vector<Tensor> tensors = {{"q", p.q, p.q_strides, Side::query, false, d},
+                                       {"k", p.k, p.k_strides, Side::key, false, d},
+                                       {"v", p.v, p.v_strides, Side::key, false, dv},
+                                       {"o", p.o, p.o_strides, Side::query, true, dv}};
+  return validate(problem, tensors, detail::Lse{p.lse, false, true});
 }
 
 Check validate_bwd(const flash4_bwd_params& p) {
@@ -231,15 +272,17 @@ Check validate_bwd(const flash4_bwd_params& p) {
   if (p.deterministic != 0 && p.deterministic != 1) {
     return fail(FLASH4_ERROR_INVALID_ARGUMENT, "deterministic is ", p.deterministic, "; allowed: 0, 1");
   }
-  const std::vector<Tensor> tensors = {{"q", p.q, p.q_strides, Side::query, false},
-                                       {"k", p.k, p.k_strides, Side::key, false},
-                                       {"v", p.v, p.v_strides, Side::key, false},
-                                       {"o", p.o, p.o_strides, Side::query, false},
-                                       {"dout", p.dout, p.dout_strides, Side::query, false},
-                                       {"dq", p.dq, p.dq_strides, Side::query, true},
-                                       {"dk", p.dk, p.dk_strides, Side::key, true},
-                                       {"dv", p.dv, p.dv_strides, Side::key, true}};
-  return validate(detail::problem_of(p), tensors, detail::Lse{p.lse, true, false});
+  const Problem problem = detail::problem_of(p);
+  const std::int32_t d = p.head_dim, dv = problem.dim_v();
+  const std::vector<Tensor> tensors = {{"q", p.q, p.q_strides, Side::query, false, d},
+                                       {"k", p.k, p.k_strides, Side::key, false, d},
+                                       {"v", p.v, p.v_strides, Side::key, false, dv},
+                                       {"o", p.o, p.o_strides, Side::query, false, dv},
+                                       {"dout", p.dout, p.dout_strides, Side::query, false, dv},
+                                       {"dq", p.dq, p.dq_strides, Side::query, true, d},
+                                       {"dk", p.dk, p.dk_strides, Side::key, true, d},
+                                       {"dv", p.dv, p.dv_strides, Side::key, true, dv}};
+  return validate(problem, tensors, detail::Lse{p.lse, true, false});
 }
 
 bool is_empty(const flash4_fwd_params& params) { return host::is_empty_problem(params); }

@@ -19,6 +19,7 @@ constexpr std::int64_t kTmaMaxStrideBytes = std::int64_t{1} << 40;
 constexpr std::uintptr_t kLseAlignBytes = alignof(float);
 constexpr std::int64_t kLseBytes = sizeof(float);
 constexpr std::int64_t kCuSeqlensBytes = sizeof(std::int32_t);
+constexpr std::int64_t kBlockTableBytes = sizeof(std::int32_t);
 // The kernels index (row, head) pairs and LSE entries with int32: a 64-bit index costs two registers and
 // several instructions per operation in consumer warpgroups whose registers are spent on the accumulators.
 constexpr std::int64_t kMaxRowHeads = std::numeric_limits<std::int32_t>::max();
@@ -88,8 +89,9 @@ Check check_stride(const Problem& p, const Tensor& t, const char* field, std::in
 Check check_strides(const Problem& p, const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) {
     if (rows(p, t.side) == 0) continue;
-    // Varlen tensors are packed (total, heads, dim): their batch stride is ignored.
-    if (!p.varlen()) {
+    // Varlen tensors are packed (total, heads, dim): their batch stride is ignored; a paged cache's is the
+    // page stride.
+    if (!p.varlen() || paged(p, t.side)) {
       if (Check c = check_stride(p, t, "batch", t.strides.batch); !c.ok()) return c;
     }
     if (Check c = check_stride(p, t, "seq", t.strides.seq); !c.ok()) return c;
@@ -106,17 +108,17 @@ struct Dim {
   std::int64_t stride;
 };
 
-// (batch, seq, head, head_dim) of a tensor; varlen tensors are packed, one batch of all rows.
+// (batch, seq, head, its head dim) of a tensor; varlen tensors are packed, one batch of all rows.
 struct Layout {
   Dim dims[4];
 };
 
 Layout layout_of(const Problem& p, const Tensor& t) {
-  const std::int64_t batch = p.varlen() ? 1 : p.batch;
+  const std::int64_t batch = paged(p, t.side) ? p.num_pages : p.varlen() ? 1 : p.batch;
   return Layout{{{batch, t.strides.batch},
                  {rows(p, t.side) / batch, t.strides.seq},
                  {heads(p, t.side), t.strides.head},
-                 {p.head_dim, 1}}};
+                 {t.head_dim, 1}}};
 }
 
 // a * b + c in int64, or nothing on overflow.
@@ -141,41 +143,45 @@ bool fits_address_space(const void* data, std::int64_t last) {
   return static_cast<std::uint64_t>(last) <= std::numeric_limits<std::uintptr_t>::max() - reinterpret_cast<std::uintptr_t>(data);
 }
 
-// lse (rows_q * heads_q floats), sink and dsink (heads_q floats), seqused_q / seqused_k (batch int32) and,
-// varlen, the batch + 1 int32 offsets of cu_seqlens_q / cu_seqlens_k: the arrays besides the tensors, when
-// they hold anything.
+// lse (rows_q * heads_q floats), sink and dsink (heads_q floats), seqused_q / seqused_k (batch int32), varlen,
+// the batch + 1 int32 offsets of cu_seqlens_q / cu_seqlens_k and, paged, the block table's entries the kernel
+// may read: the arrays besides the tensors, when they hold anything.
 struct Array {
   const char* name;
   const void* data;
-  std::int64_t bytes;
+  std::optional<std::int64_t> last;  // its last byte's offset; nothing when that overflows int64 (rule 11b)
   bool output;
 };
 
 std::vector<Array> arrays(const Problem& p, Lse lse) {
   std::vector<Array> all;
   const std::int64_t lse_entries = rows(p, Side::query) * p.heads_q;
-  if (lse.data != nullptr && lse_entries > 0) all.push_back({"lse", lse.data, lse_entries * kLseBytes, lse.output});
+  if (lse.data != nullptr && lse_entries > 0) {
+    all.push_back({"lse", lse.data, lse_entries * kLseBytes - 1, lse.output});
+  }
   if (p.varlen()) {
     const std::int64_t offsets_bytes = (std::int64_t{p.batch} + 1) * kCuSeqlensBytes;
-    all.push_back({"cu_seqlens_q", p.cu_seqlens_q, offsets_bytes, false});
-    all.push_back({"cu_seqlens_k", p.cu_seqlens_k, offsets_bytes, false});
+    all.push_back({"cu_seqlens_q", p.cu_seqlens_q, offsets_bytes - 1, false});
+    all.push_back({"cu_seqlens_k", p.cu_seqlens_k, offsets_bytes - 1, false});
   }
-  const std::int64_t sink_bytes = std::int64_t{p.heads_q} * kLseBytes;
-  const std::int64_t used_bytes = std::int64_t{p.batch} * kCuSeqlensBytes;
-  for (const Array& a : {Array{"sink", p.sink, sink_bytes, false}, Array{"dsink", p.dsink, sink_bytes, true},
-                         Array{"seqused_q", p.seqused_q, used_bytes, false},
-                         Array{"seqused_k", p.seqused_k, used_bytes, false}}) {
+  if (p.paged()) {
+    // (batch - 1) * stride + pages entries: only rule 6's lower bound holds the stride, so this may overflow.
+    const std::optional<std::int64_t> entries = mul_add(p.batch - 1, p.block_table_stride, pages_per_sequence(p));
+    if (!entries || *entries > 0) {
+      // The last byte, (entries - 1) * 4 + 3: overflows only when it is past 2^63 - 1 itself.
+      const std::optional<std::int64_t> last =
+          entries ? mul_add(*entries - 1, kBlockTableBytes, kBlockTableBytes - 1) : std::nullopt;
+      all.push_back({"block_table", p.block_table, last, false});
+    }
+  }
+  const std::int64_t sink_last = std::int64_t{p.heads_q} * kLseBytes - 1;
+  const std::int64_t used_last = std::int64_t{p.batch} * kCuSeqlensBytes - 1;
+  for (const Array& a : {Array{"sink", p.sink, sink_last, false}, Array{"dsink", p.dsink, sink_last, true},
+                         Array{"seqused_q", p.seqused_q, used_last, false},
+                         Array{"seqused_k", p.seqused_k, used_last, false}}) {
     if (a.data != nullptr) all.push_back(a);
   }
   return all;
-}
-
-// The longest sequence: the fixed length, or max_seqlen no larger than all rows (flash4.h, "How valid params
-// are read").
-std::int64_t longest(const Problem& p, Side side) {
-  const bool query = side == Side::query;
-  if (!p.varlen()) return query ? p.seqlen_q : p.seqlen_k;
-  return query ? std::min(p.max_seqlen_q, p.total_q) : std::min(p.max_seqlen_k, p.total_k);
 }
 
 Check check_lengths(const Problem& p) {
@@ -211,8 +217,12 @@ Check check_tensor_sizes(const Problem& p, const std::vector<Tensor>& tensors, L
     }
   }
   for (const Array& a : arrays(p, lse)) {
-    if (!fits_address_space(a.data, a.bytes - 1)) {
-      return fail(FLASH4_ERROR_SIZE_OVERFLOW, a.name, ": its last byte (offset ", a.bytes - 1,
+    if (!a.last) {
+      return fail(FLASH4_ERROR_SIZE_OVERFLOW, a.name,
+                  ": the largest byte offset its sizes and strides reach overflows int64");
+    }
+    if (!fits_address_space(a.data, *a.last)) {
+      return fail(FLASH4_ERROR_SIZE_OVERFLOW, a.name, ": its last byte (offset ", *a.last,
                   ") lies past the end of the address space");
     }
   }
@@ -276,7 +286,7 @@ std::vector<Span> spans(const Problem& p, const std::vector<Tensor>& tensors, Ls
   for (const Tensor& t : tensors) {
     if (rows(p, t.side) > 0) all.push_back(span_of(t.name, &t, t.output, t.data, *last_byte(layout_of(p, t))));
   }
-  for (const Array& a : arrays(p, lse)) all.push_back(span_of(a.name, nullptr, a.output, a.data, a.bytes - 1));
+  for (const Array& a : arrays(p, lse)) all.push_back(span_of(a.name, nullptr, a.output, a.data, *a.last));
   std::stable_partition(all.begin(), all.end(), [](const Span& s) { return s.output; });
   return all;
 }

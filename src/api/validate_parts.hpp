@@ -2,6 +2,8 @@
 // flash4.h): the view of a params struct that both directions share, and the message builder.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +24,7 @@ constexpr std::int64_t kElementBytes = 2;  // bf16 and fp16 alike
 struct Problem {
   std::int32_t dtype;  // as an integer: see dtype_of
   std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t head_dim_v;  // as given: 0 means head_dim (dim_v)
   float softmax_scale;
   std::int32_t causal, window_left, window_right;
   float softcap;
@@ -34,9 +37,16 @@ struct Problem {
   const std::int32_t* seqused_q = nullptr;
   const std::int32_t* seqused_k = nullptr;
   bool backward = false;
+  // Paged K/V (the forward only; the backward's view leaves them NULL / 0).
+  const std::int32_t* block_table = nullptr;
+  std::int64_t block_table_stride = 0;
+  std::int32_t page_size = 0, num_pages = 0;
 
   // Only meaningful once the pair of cu_seqlens pointers has been accepted (rule 4).
   bool varlen() const { return cu_seqlens_q != nullptr; }
+  bool paged() const { return block_table != nullptr; }
+  // The head dim of v, o, dout and dv.
+  std::int32_t dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 // The dtype field as an integer. Loading a flash4_dtype object that holds a value outside the enum's range is
@@ -53,8 +63,9 @@ std::int32_t dtype_of(const Params& p) {
 template <class Params>
 Problem problem_of(const Params& p) {
   Problem problem{dtype_of(p),     p.batch,        p.seqlen_q,     p.seqlen_k,      p.heads_q,     p.heads_kv,
-                  p.head_dim,      p.softmax_scale, p.causal,      p.window_left,   p.window_right, p.softcap,
-                  p.cu_seqlens_q,  p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k,  p.total_q,     p.total_k};
+                  p.head_dim,      p.head_dim_v,   p.softmax_scale, p.causal,       p.window_left, p.window_right,
+                  p.softcap,       p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, p.total_q,
+                  p.total_k};
   problem.backward = std::is_same_v<Params, flash4_bwd_params>;
   // A struct of the first layout (a smaller struct_size) has no such fields, whatever its bytes there hold.
   if (p.struct_size != sizeof(Params)) return problem;
@@ -62,6 +73,18 @@ Problem problem_of(const Params& p) {
   problem.seqused_q = p.seqused_q;
   problem.seqused_k = p.seqused_k;
   if constexpr (std::is_same_v<Params, flash4_bwd_params>) problem.dsink = p.dsink;
+  return problem;
+}
+
+// A caller of the first layout (struct_size = the offset of head_dim_v) has no paged fields: whatever lies past its
+// struct is not read (the C ABI's load step zeroes it too).
+inline Problem problem_of(const flash4_fwd_params& p) {
+  Problem problem = problem_of<flash4_fwd_params>(p);
+  if (p.struct_size <= offsetof(flash4_fwd_params, head_dim_v)) return problem;
+  problem.block_table = p.block_table;
+  problem.block_table_stride = p.block_table_stride;
+  problem.page_size = p.page_size;
+  problem.num_pages = p.num_pages;
   return problem;
 }
 
@@ -75,11 +98,29 @@ using Fields = std::initializer_list<Field>;
 // Query-shaped tensors have the query rows and heads_q heads; key-shaped ones the key rows and heads_kv.
 enum class Side { query, key };
 
-// Rows of one side in the (batch * seq) or packed (total) sense; < 2^62, a product of two int32.
+// Whether one side's tensors are the pages of a paged cache (k and v with block_table set).
+inline bool paged(const Problem& p, Side side) { return side == Side::key && p.paged(); }
+
+// Rows of one side's tensors in the (batch * seq) or packed (total) sense, or the cache's num_pages * page_size
+// when paged; < 2^62, a product of two int32.
 inline std::int64_t rows(const Problem& p, Side side) {
   const bool query = side == Side::query;
+  if (paged(p, side)) return std::int64_t{p.num_pages} * p.page_size;
   if (p.varlen()) return query ? p.total_q : p.total_k;
   return std::int64_t{p.batch} * (query ? p.seqlen_q : p.seqlen_k);
+}
+
+// The longest sequence: the fixed length, or max_seqlen no larger than all rows (flash4.h, "How valid params
+// are read").
+inline std::int64_t longest(const Problem& p, Side side) {
+  const bool query = side == Side::query;
+  if (!p.varlen()) return query ? p.seqlen_q : p.seqlen_k;
+  return query ? std::min(p.max_seqlen_q, p.total_q) : std::min(p.max_seqlen_k, p.total_k);
+}
+
+// Paged: the block-table entries a sequence's row must hold, ceil(Lk / page_size) (page_size >= 16: rule 6).
+inline std::int64_t pages_per_sequence(const Problem& p) {
+  return (longest(p, Side::key) + p.page_size - 1) / p.page_size;
 }
 
 inline std::int64_t heads(const Problem& p, Side side) { return side == Side::query ? p.heads_q : p.heads_kv; }
@@ -91,6 +132,7 @@ struct Tensor {
   flash4_strides strides;
   Side side;
   bool output;
+  std::int32_t head_dim;  // its columns: head_dim (q, k, dq, dk) or dim_v() (v, o, dout, dv)
 };
 
 // The lse array: the forward's optional output, the backward's required input.

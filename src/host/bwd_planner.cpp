@@ -44,9 +44,10 @@ std::size_t next_offset(std::size_t offset, std::size_t bytes) {
 
 }  // namespace
 
-BwdPlan plan_backward(const flash4_bwd_params& params) {
+BwdPlan plan_backward(const flash4_bwd_params& params, int kernel_head_dim) {
   BwdPlan plan;
-  plan.tile = bwd_tile_config(params.head_dim);
+  const int head_dim = kernel_head_dim != 0 ? kernel_head_dim : params.head_dim;
+  plan.tile = bwd_tile_config(head_dim);
   const bool varlen = params.cu_seqlens_q != nullptr;
   // All counts in int64: an int32 length near 2^31 plus a block overflows int (and did: a 2^31 - 1
   // max_seqlen_q sized the workspace at 1 KiB).
@@ -68,7 +69,7 @@ BwdPlan plan_backward(const flash4_bwd_params& params) {
   BwdWorkspaceLayout& ws = plan.workspace;
   plan.dq_copies = bwd_dq_copies(params.deterministic != 0, plan.n_blocks_max);
   const std::size_t copies = std::size_t(plan.dq_copies);
-  ws.dq_accum_bytes = product(product(copies, row_count), std::size_t(params.head_dim) * sizeof(float));
+  ws.dq_accum_bytes = product(product(copies, row_count), std::size_t(head_dim) * sizeof(float));
   ws.semaphore_bytes =
       product(product(copies * sizeof(int), std::size_t(heads_q) * std::size_t(batch)), std::size_t(plan.m_blocks_max));
   const std::size_t row_array_bytes = product(row_count, sizeof(float));

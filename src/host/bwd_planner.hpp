@@ -11,7 +11,7 @@ namespace flash4::host {
 
 // Byte offsets of the workspace arrays (each 256-byte aligned) and the total.
 struct BwdWorkspaceLayout {
-  std::size_t dq_accum = 0;    // fp32 [dq_copies][heads_q][rows_per_head][head_dim], blocks in staging order
+  std::size_t dq_accum = 0;    // fp32 [dq_copies][heads_q][rows_per_head][kernel head dim], blocks in staging order
   std::size_t lse_log2 = 0;    // fp32 [heads_q][rows_per_head]
   std::size_t dsum = 0;        // fp32 [heads_q][rows_per_head]
   std::size_t semaphores = 0;  // int32 [dq_copies][heads_q][batch][m_blocks_max]
@@ -36,7 +36,9 @@ struct BwdPlan {
 // For validated, canonical params (api/validate.hpp). Every count is computed in 64 bits and checked to fit
 // the int the kernels take; a count past that (which validation's size limits exclude) throws
 // std::length_error, which the C ABI reports as FLASH4_ERROR_INTERNAL.
-BwdPlan plan_backward(const flash4_bwd_params& params);
+// kernel_head_dim: the head dim of the kernel that serves the call (host/kernel_choice.hpp), which sizes the
+// tiles and the dQ accumulator's rows; 0 takes params.head_dim, for params whose head dims are a kernel's own.
+BwdPlan plan_backward(const flash4_bwd_params& params, int kernel_head_dim = 0);
 
 // The grid. Persistent: min(tiles, the CTAs that fit at once), one CTA per SM (the kernel's shared memory
 // allows no second); the CTAs claim the tiles in order (kernel.cuh), so tiles of different lengths

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "host/kernel_choice.hpp"
+
 namespace flash4::host {
 namespace {
 
@@ -24,13 +26,13 @@ Rows rows_of(const Params& p) {
   return Rows{p.batch, p.seqlen_q, p.seqlen_k};
 }
 
-template <class Params>
+// head_dim: the tensor's own (head_dim or head_dim_v), so that no column past it is written.
 ZeroFill zero_fill(const char* name, void* data, const flash4_strides& strides, std::int64_t batch,
-                   std::int64_t rows, std::int64_t heads, const Params& p) {
+                   std::int64_t rows, std::int64_t heads, std::int64_t head_dim) {
   return ZeroFill{name,
                   data,
                   kElementBytes,
-                  {batch, rows, heads, p.head_dim},
+                  {batch, rows, heads, head_dim},
                   {batch > 1 ? strides.batch : 0, strides.seq, strides.head}};
 }
 
@@ -48,7 +50,7 @@ FillPlan empty_problem_fills(const flash4_fwd_params& p) {
   FillPlan plan;
   const Rows rows = rows_of(p);
   if (!rows.empty() || rows.q == 0) return plan;
-  add(plan, zero_fill("o", p.o, p.o_strides, rows.batch, rows.q, p.heads_q, p));
+  add(plan, zero_fill("o", p.o, p.o_strides, rows.batch, rows.q, p.heads_q, value_head_dim(p)));
   const std::int64_t lse_count = rows.batch * rows.q * p.heads_q;
   if (p.lse != nullptr && lse_count > 0) {
     // A row without keys has LSE = -inf, or its head's sink logit when there are sinks.
@@ -62,10 +64,10 @@ FillPlan empty_problem_fills(const flash4_bwd_params& p) {
   FillPlan plan;
   const Rows rows = rows_of(p);
   if (!rows.empty()) return plan;
-  if (rows.k == 0) add(plan, zero_fill("dq", p.dq, p.dq_strides, rows.batch, rows.q, p.heads_q, p));
+  if (rows.k == 0) add(plan, zero_fill("dq", p.dq, p.dq_strides, rows.batch, rows.q, p.heads_q, p.head_dim));
   if (rows.q == 0) {
-    add(plan, zero_fill("dk", p.dk, p.dk_strides, rows.batch, rows.k, p.heads_kv, p));
-    add(plan, zero_fill("dv", p.dv, p.dv_strides, rows.batch, rows.k, p.heads_kv, p));
+    add(plan, zero_fill("dk", p.dk, p.dk_strides, rows.batch, rows.k, p.heads_kv, p.head_dim));
+    add(plan, zero_fill("dv", p.dv, p.dv_strides, rows.batch, rows.k, p.heads_kv, value_head_dim(p)));
   }
   // No row passes a gradient to the sinks: without queries there are none, without keys O = 0.
   if (p.dsink != nullptr) plan.floats.push_back(FloatFill{"dsink", p.dsink, p.heads_q, 0.0f, nullptr, 1, 1});

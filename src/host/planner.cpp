@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "host/kernel_choice.hpp"
 #include "host/scheduler.hpp"
 
 namespace flash4::host {
@@ -12,9 +13,9 @@ bool forward_schedules_dynamically(const flash4_fwd_params& params) {
          params.seqused_q != nullptr || params.seqused_k != nullptr;
 }
 
-FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device) {
+FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device, int kernel_head_dim) {
   FwdPlan plan;
-  plan.tile = fwd_tile_config(params.head_dim);
+  plan.tile = fwd_tile_config(kernel_head_dim != 0 ? kernel_head_dim : params.head_dim);
   plan.window_left = params.window_left;
   plan.window_right = params.causal ? 0 : params.window_right;
   plan.dynamic = forward_schedules_dynamically(params);
@@ -24,7 +25,9 @@ FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device) 
   const int64_t rows_k = varlen ? params.max_seqlen_k : params.seqlen_k;
   const int64_t block_m = plan.tile.block_m();
   const int num_m_blocks = static_cast<int>((rows_q + block_m - 1) / block_m);  // validation bounds the tile count
-  const std::size_t kv_bytes_per_head = 2 * static_cast<std::size_t>(rows_k) * params.head_dim * kElementBytes;
+  // The bytes a head's K and V occupy in memory (and in L2): their true head dims.
+  const std::size_t row_bytes = static_cast<std::size_t>(params.head_dim + value_head_dim(params)) * kElementBytes;
+  const std::size_t kv_bytes_per_head = static_cast<std::size_t>(rows_k) * row_bytes;
   // A bounded right edge (causal included) makes later query blocks see more keys: longest first.
   plan.order = make_tile_order(params.batch, params.heads_q, num_m_blocks, plan.window_right >= 0, kv_bytes_per_head,
                                device.l2_bytes);

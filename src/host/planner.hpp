@@ -28,6 +28,8 @@ struct FwdPlan {
 // counter in the workspace. Tiles of equal cost take the static walk, which needs no workspace.
 bool forward_schedules_dynamically(const flash4_fwd_params& params);
 
-FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device);
+// kernel_head_dim: the head dim of the kernel that serves the call (host/kernel_choice.hpp); 0 takes
+// params.head_dim, for params whose head dims are a kernel's own.
+FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device, int kernel_head_dim = 0);
 
 }  // namespace flash4::host

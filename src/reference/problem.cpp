@@ -38,6 +38,7 @@ void validate(const Problem& p) {
   require(p.heads_q >= 1 && p.heads_kv >= 1, "heads_q and heads_kv must be >= 1");
   require(p.heads_q % p.heads_kv == 0, "heads_q must be a multiple of heads_kv");
   require(p.head_dim >= 1, "head_dim must be >= 1");
+  require(p.head_dim_v >= 0, "head_dim_v must be >= 1, or 0 (equal to head_dim)");
   require(std::isfinite(p.scale), "scale must be finite");
   require(std::isfinite(p.softcap) && p.softcap >= 0, "softcap must be 0 (off) or positive");
   require(p.window_left >= -1 && p.window_right >= -1, "window sizes must be >= 0, or -1 (unbounded)");
@@ -74,7 +75,9 @@ std::string to_string(const Problem& p) {
   list("seqused_q", p.seqused_q);
   list("seqused_k", p.seqused_k);
   list("sink", p.sink);
-  out << " heads " << p.heads_q << "/" << p.heads_kv << " head_dim " << p.head_dim << " scale " << p.scale
+  out << " heads " << p.heads_q << "/" << p.heads_kv << " head_dim " << p.head_dim;
+  if (p.head_dim_v != 0) out << " head_dim_v " << p.head_dim_v;
+  out << " scale " << p.scale
       << " causal " << p.causal << " window (" << p.window_left << ", " << p.window_right << ") softcap "
       << p.softcap;
   return out.str();

@@ -49,8 +49,8 @@ Inputs random_inputs(const Problem& problem, Precision precision, std::uint64_t 
   Inputs inputs;
   append_normal(inputs.q, problem.q_elements(), precision, engine);
   append_normal(inputs.k, problem.kv_elements(), precision, engine);
-  append_normal(inputs.v, problem.kv_elements(), precision, engine);
-  append_normal(inputs.dout, problem.q_elements(), precision, engine);
+  append_normal(inputs.v, problem.v_elements(), precision, engine);
+  append_normal(inputs.dout, problem.o_elements(), precision, engine);
   return inputs;
 }
 

@@ -8,8 +8,11 @@
 // std::invalid_argument (or std::out_of_range for a row index) on a mistake.
 //
 // Layouts and mask semantics are those of the C ABI (include/flash4/flash4.h), with dense tensors:
-//   fixed length: q, o, dout, dq (B, Sq, Hq, D); k, v, dk, dv (B, Sk, Hkv, D); lse (B, Hq, Sq)
-//   varlen:       q, o, dout, dq (total_q, Hq, D); k, v, dk, dv (total_k, Hkv, D); lse (Hq, total_q)
+//   fixed length: q, dq (B, Sq, Hq, D); o, dout (B, Sq, Hq, Dv); k, dk (B, Sk, Hkv, D); v, dv (B, Sk, Hkv, Dv);
+//                 lse (B, Hq, Sq)
+//   varlen:       the same with (total_q, ...) for (B, Sq, ...) and (total_k, ...) for (B, Sk, ...);
+//                 lse (Hq, total_q)
+// where D is head_dim and Dv is head_dim_v (head_dim unless set).
 // A query row that sees no key gets O = 0, LSE = -inf (the sink logit with a sink), and zero gradients.
 // With seqused_q / seqused_k, sequence b uses the first seqused[b] rows of its span: the other query rows
 // are not computed (the results hold 0 there, and so do the gradients of the unused key rows).
@@ -31,7 +34,8 @@ struct Problem {
   int seqlen_k = 1;  // ignored when varlen
   int heads_q = 1;
   int heads_kv = 1;  // divides heads_q; query head h reads kv head h / (heads_q / heads_kv)
-  int head_dim = 64;
+  int head_dim = 64;    // of q and k
+  int head_dim_v = 0;   // of v and o (and dout, dv); 0: head_dim
   double scale = 0.125;  // softmax scale applied to q.k
   bool causal = false;   // bottom-right aligned
   int window_left = -1;  // -1 = unbounded
@@ -63,19 +67,29 @@ struct Problem {
   int rows_q() const { return is_varlen() ? cu_seqlens_q.back() : batch * seqlen_q; }
   int rows_k() const { return is_varlen() ? cu_seqlens_k.back() : batch * seqlen_k; }
   int kv_head(int h) const { return h / (heads_q / heads_kv); }
+  int dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 
-  // Element counts of the dense tensors.
+  // Element counts of the dense tensors: q and dq; o and dout; k and dk; v and dv.
   std::size_t q_elements() const { return static_cast<std::size_t>(rows_q()) * heads_q * head_dim; }
+  std::size_t o_elements() const { return static_cast<std::size_t>(rows_q()) * heads_q * dim_v(); }
   std::size_t kv_elements() const { return static_cast<std::size_t>(rows_k()) * heads_kv * head_dim; }
+  std::size_t v_elements() const { return static_cast<std::size_t>(rows_k()) * heads_kv * dim_v(); }
   std::size_t lse_elements() const { return static_cast<std::size_t>(rows_q()) * heads_q; }
 
-  // Index of the first of the head_dim elements of query row i, head h, of sequence b (also o, dout, dq).
+  // Index of the first of the head_dim elements of query row i, head h, of sequence b (q, dq).
   std::size_t q_index(int b, int i, int h) const {
     return (static_cast<std::size_t>(offset_q(b) + i) * heads_q + h) * head_dim;
   }
-  // The same for key row j of kv head h_kv (k, v, dk, dv).
+  // The same for the dim_v() elements of o and dout.
+  std::size_t o_index(int b, int i, int h) const {
+    return (static_cast<std::size_t>(offset_q(b) + i) * heads_q + h) * dim_v();
+  }
+  // The same for key row j of kv head h_kv: head_dim elements of k and dk, dim_v() of v and dv.
   std::size_t kv_index(int b, int j, int h_kv) const {
     return (static_cast<std::size_t>(offset_k(b) + j) * heads_kv + h_kv) * head_dim;
+  }
+  std::size_t v_index(int b, int j, int h_kv) const {
+    return (static_cast<std::size_t>(offset_k(b) + j) * heads_kv + h_kv) * dim_v();
   }
   std::size_t lse_index(int b, int h, int i) const {
     return is_varlen() ? static_cast<std::size_t>(h) * rows_q() + offset_q(b) + i
@@ -100,7 +114,7 @@ struct ForwardResult64 {
 ForwardResult64 forward_fp64(const Problem& problem, std::span<const float> q, std::span<const float> k,
                              std::span<const float> v);
 
-// One query row (row `row` of sequence `batch`, query head `head`): writes head_dim values to o_row and
+// One query row (row `row` of sequence `batch`, query head `head`): writes dim_v() values to o_row and
 // one to *lse. Costs O(seq_k * head_dim), so huge problems can be checked on a sample of rows.
 void forward_fp64_row(const Problem& problem, std::span<const float> q, std::span<const float> k,
                       std::span<const float> v, int batch, int head, int row, double* o_row, double* lse);
@@ -125,7 +139,7 @@ BackwardResult64 backward_fp64(const Problem& problem, std::span<const float> q,
 
 // The naive same-precision backward: inputs rounded to `precision`, fp32 math, P and dS rounded to
 // `precision` before the matmuls that consume them, dq/dk/dv rounded to `precision` at the end. delta =
-// dout . O takes O from its own rounded forward, or, when `o` is given (laid out as q), from that: the
+// dout . O takes O from its own rounded forward, or, when `o` is given (laid out as dout), from that: the
 // forward output a kernel's backward received, so that the baseline starts from the same O. Where dS
 // cancels (rows that see one to three keys) O's rounding is most of dS's error, and two forwards that
 // round O differently made the comparison a coin toss (a kernel at 2-3x the baseline's error in about one

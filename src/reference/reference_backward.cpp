@@ -24,8 +24,8 @@ void check_backward_inputs(const Problem& p, std::span<const float> q, std::span
   validate(p);
   detail::check_size(q, p.q_elements(), "q");
   detail::check_size(k, p.kv_elements(), "k");
-  detail::check_size(v, p.kv_elements(), "v");
-  detail::check_size(dout, p.q_elements(), "dout");
+  detail::check_size(v, p.v_elements(), "v");
+  detail::check_size(dout, p.o_elements(), "dout");
 }
 
 template <typename Real>
@@ -34,13 +34,13 @@ struct Gradients {
 };
 
 // round_operand models the rounding of P and dS to the input precision before they enter a matmul.
-// given_o, when not empty, is the O that delta is taken from (laid out as q).
+// given_o, when not empty, is the O that delta is taken from (laid out as dout).
 template <typename Real, typename RoundOperand>
 Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, std::span<const float> k,
                                   std::span<const float> v, std::span<const float> dout,
                                   RoundOperand round_operand, std::span<const float> given_o = {}) {
   Gradients<Real> grad{std::vector<Real>(p.q_elements(), Real(0)), std::vector<Real>(p.kv_elements(), Real(0)),
-                       std::vector<Real>(p.kv_elements(), Real(0)),
+                       std::vector<Real>(p.v_elements(), Real(0)),
                        std::vector<Real>(p.has_sink() ? p.heads_q : 0, Real(0))};
   for (int b = 0; b < p.batch; ++b) {
     const int sk = p.seq_k(b);
@@ -49,7 +49,7 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
       for (int i = 0; i < p.seq_q(b); ++i) {
         const detail::RowSoftmax<Real> row = detail::softmax_row<Real>(p, q, k, b, h, i);
         const float* q_row = q.data() + p.q_index(b, i, h);
-        const float* dout_row = dout.data() + p.q_index(b, i, h);
+        const float* dout_row = dout.data() + p.o_index(b, i, h);
         Real* dq_row = grad.dq.data() + p.q_index(b, i, h);
 
         // delta = dO_i . O_i with O_i as the forward stores it: the naive baseline rounds P before P V and
@@ -57,20 +57,21 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
         // dS cancels (rows that see one or two keys) that rounding is most of dS's error, and a baseline
         // computing delta from its own P and dP would not show it.
         std::vector<Real> dp(sk, Real(0));
-        std::vector<Real> o_row(p.head_dim, Real(0));
+        const int dim_v = p.dim_v();
+        std::vector<Real> o_row(dim_v, Real(0));
         for (int j = 0; j < sk; ++j) {
           if (row.prob[j] == 0) continue;  // masked keys (and underflowed ones) get and give no gradient
-          const float* v_row = v.data() + p.kv_index(b, j, h_kv);
-          dp[j] = detail::dot<Real>(dout_row, v_row, p.head_dim);
+          const float* v_row = v.data() + p.v_index(b, j, h_kv);
+          dp[j] = detail::dot<Real>(dout_row, v_row, dim_v);
           const Real prob = round_operand(row.prob[j]);
-          for (int d = 0; d < p.head_dim; ++d) o_row[d] += prob * static_cast<Real>(v_row[d]);
+          for (int d = 0; d < dim_v; ++d) o_row[d] += prob * static_cast<Real>(v_row[d]);
         }
         Real delta = 0;
         if (given_o.empty()) {
-          for (int d = 0; d < p.head_dim; ++d) delta += static_cast<Real>(dout_row[d]) * round_operand(o_row[d]);
+          for (int d = 0; d < dim_v; ++d) delta += static_cast<Real>(dout_row[d]) * round_operand(o_row[d]);
         } else {
-          const float* given_row = given_o.data() + p.q_index(b, i, h);
-          for (int d = 0; d < p.head_dim; ++d) {
+          const float* given_row = given_o.data() + p.o_index(b, i, h);
+          for (int d = 0; d < dim_v; ++d) {
             delta += static_cast<Real>(dout_row[d]) * static_cast<Real>(given_row[d]);
           }
         }
@@ -83,12 +84,12 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
           const std::size_t kv = p.kv_index(b, j, h_kv);
           const float* k_row = k.data() + kv;
           Real* dk_row = grad.dk.data() + kv;
-          Real* dv_row = grad.dv.data() + kv;
+          Real* dv_row = grad.dv.data() + p.v_index(b, j, h_kv);
           for (int d = 0; d < p.head_dim; ++d) {
             dq_row[d] += ds * static_cast<Real>(k_row[d]);
             dk_row[d] += ds * static_cast<Real>(q_row[d]);
-            dv_row[d] += prob * static_cast<Real>(dout_row[d]);
           }
+          for (int d = 0; d < dim_v; ++d) dv_row[d] += prob * static_cast<Real>(dout_row[d]);
         }
       }
     }
@@ -113,7 +114,7 @@ BackwardResult32 backward_naive(const Problem& p, Precision precision, std::span
                                 std::span<const float> k, std::span<const float> v,
                                 std::span<const float> dout, std::span<const float> o) {
   check_backward_inputs(p, q, k, v, dout);
-  if (!o.empty()) detail::check_size(o, p.q_elements(), "o");
+  if (!o.empty()) detail::check_size(o, p.o_elements(), "o");
   const auto round = [precision](float x) { return round_to(precision, x); };
   Gradients<float> grad = backward_all_rows<float>(p, round_all(precision, q), round_all(precision, k),
                                                    round_all(precision, v), round_all(precision, dout), round,

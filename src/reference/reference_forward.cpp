@@ -17,7 +17,7 @@ void check_forward_inputs(const Problem& p, std::span<const float> q, std::span<
   validate(p);
   detail::check_size(q, p.q_elements(), "q");
   detail::check_size(k, p.kv_elements(), "k");
-  detail::check_size(v, p.kv_elements(), "v");
+  detail::check_size(v, p.v_elements(), "v");
 }
 
 // O and LSE of one query row. round_p models the rounding of P before the P @ V matmul.
@@ -25,13 +25,13 @@ template <typename Real, typename RoundP>
 void forward_row(const Problem& p, std::span<const float> q, std::span<const float> k, std::span<const float> v,
                  int b, int h, int i, RoundP round_p, Real* o_row, Real* lse) {
   const detail::RowSoftmax<Real> row = detail::softmax_row<Real>(p, q, k, b, h, i);
-  std::fill(o_row, o_row + p.head_dim, Real(0));
+  std::fill(o_row, o_row + p.dim_v(), Real(0));
   const int h_kv = p.kv_head(h);
   for (int j = 0; j < p.seq_k(b); ++j) {
     if (row.prob[j] == 0) continue;  // masked keys (and underflowed ones) contribute nothing
     const Real prob = round_p(row.prob[j]);
-    const float* v_row = v.data() + p.kv_index(b, j, h_kv);
-    for (int d = 0; d < p.head_dim; ++d) o_row[d] += prob * static_cast<Real>(v_row[d]);
+    const float* v_row = v.data() + p.v_index(b, j, h_kv);
+    for (int d = 0; d < p.dim_v(); ++d) o_row[d] += prob * static_cast<Real>(v_row[d]);
   }
   *lse = row.lse;
 }
@@ -39,12 +39,12 @@ void forward_row(const Problem& p, std::span<const float> q, std::span<const flo
 template <typename Real, typename RoundP>
 void forward_all_rows(const Problem& p, std::span<const float> q, std::span<const float> k,
                       std::span<const float> v, RoundP round_p, std::vector<Real>& o, std::vector<Real>& lse) {
-  o.assign(p.q_elements(), Real(0));
+  o.assign(p.o_elements(), Real(0));
   lse.assign(p.lse_elements(), Real(0));
   for (int b = 0; b < p.batch; ++b) {
     for (int h = 0; h < p.heads_q; ++h) {
       for (int i = 0; i < p.seq_q(b); ++i) {
-        forward_row(p, q, k, v, b, h, i, round_p, o.data() + p.q_index(b, i, h), &lse[p.lse_index(b, h, i)]);
+        forward_row(p, q, k, v, b, h, i, round_p, o.data() + p.o_index(b, i, h), &lse[p.lse_index(b, h, i)]);
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "contract/contract_oracle.hpp"
 #include "host/bwd_planner.hpp"
 #include "host/empty_problem.hpp"
+#include "host/kernel_choice.hpp"
 #include "host/planner.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/tile_order.hpp"
@@ -102,8 +103,16 @@ std::string check_mask(Int lq, Int lk, int window_left, int window_right, int bl
   return "";
 }
 
+// The head dim of the kernel that serves c in a build of every head dim: the smallest >= both of c's.
+int kernel_head_dim(int needed) {
+  for (int d : {64, 96, 128, 192, 256}) {
+    if (d >= needed) return d;
+  }
+  return 0;
+}
+
 std::string check_plan(const flash4_fwd_params& c) {
-  const host::FwdPlan plan = host::plan_forward(c, kDevice);
+  const host::FwdPlan plan = host::plan_forward(c, kDevice, kernel_head_dim(host::needed_head_dim(c)));
   const Int tiles = Int{c.batch} * c.heads_q * ceil_div(longest(c, true), plan.tile.block_m());
   if (plan.order.num_tiles() != tiles) {
     return "forward plan has " + text(plan.order.num_tiles()) + " tiles, the problem " + text(tiles);
@@ -122,11 +131,12 @@ std::string check_plan(const flash4_fwd_params& c) {
 }
 
 std::string check_plan(const flash4_bwd_params& c) {
-  const host::BwdPlan plan = host::plan_backward(c);
+  const int kernel = kernel_head_dim(host::needed_head_dim(c));
+  const host::BwdPlan plan = host::plan_backward(c, kernel);
   const Int tiles = ceil_div(longest(c, false), plan.tile.block_n) * c.batch * c.heads_kv;
   if (plan.num_tiles != tiles) return "backward plan has " + text(plan.num_tiles) + " tiles, the problem " + text(tiles);
   if (plan.m_blocks_max != ceil_div(longest(c, true), plan.tile.block_m)) return "backward query blocks miscounted";
-  const Int accumulator = Int{plan.dq_copies} * c.heads_q * rows(c, true) * c.head_dim * 4;
+  const Int accumulator = Int{plan.dq_copies} * c.heads_q * rows(c, true) * kernel * 4;
   if (plan.workspace.dq_accum_bytes < accumulator || plan.workspace.total < plan.workspace.dq_accum_bytes) {
     return "workspace of " + text(plan.workspace.total) + " bytes, the dQ accumulator alone needs " + text(accumulator);
   }
@@ -161,13 +171,14 @@ CallResult check(const Params& p) {
   std::string broken;
   flash4_status status = FLASH4_ERROR_INTERNAL;
   try {
-    const api::Check got = validate(p);
+    // As the C ABI reads it: only struct_size bytes of a known layout (api/entry.hpp).
+    const Params loaded = api::load(p);
+    const api::Check got = validate(loaded);
     status = got.status;
     broken = compare_with_oracle(got, expected_verdict(p));
     if (broken.empty() && got.ok()) {
-      // As the C ABI's entry points see it: fields past an older layout's struct_size read as NULL.
-      const Params c = api::canonicalize(api::load(p));
-      broken = check_canonical(p, c);
+      const Params c = api::canonicalize(loaded);
+      broken = check_canonical(loaded, c);
       if (broken.empty()) broken = api::is_empty(c) ? fills_of(c) : check_plan(c);
     }
   } catch (const std::exception& e) {
@@ -216,7 +227,11 @@ std::string shared_fields(const Params& p) {
 CallResult check_call(const flash4_fwd_params& params) { return check(params); }
 CallResult check_call(const flash4_bwd_params& params) { return check(params); }
 
-std::string describe(const flash4_fwd_params& p) { return "fwd " + shared_fields(p) + " o=" + pointer(p.o); }
+std::string describe(const flash4_fwd_params& p) {
+  return "fwd " + shared_fields(p) + " o=" + pointer(p.o) + " block_table=" + pointer(p.block_table) +
+         " block_table_stride=" + std::to_string(p.block_table_stride) + " page_size=" + std::to_string(p.page_size) +
+         " num_pages=" + std::to_string(p.num_pages);
+}
 
 std::string describe(const flash4_bwd_params& p) {
   return "bwd " + shared_fields(p) + " deterministic=" + std::to_string(p.deterministic) + " o=" + pointer(p.o) +

@@ -34,17 +34,18 @@ struct Tensor {
   flash4_strides strides;
   bool query;   // query-shaped (rows_q, heads_q) or key-shaped (rows_k, heads_kv)
   bool output;
+  bool value;   // v, o, dout, dv: head_dim_v columns (else head_dim)
 };
 
 // The params of either direction, as the header describes them.
 struct Call {
   bool backward;
   std::size_t struct_size;
-  std::size_t expected_size;
-  std::size_t first_layout_size;  // the layout before sink and seqused were appended
+  std::vector<std::size_t> known_sizes;  // every released layout, oldest first
+  std::size_t first_layout_size;          // the layout before head_dim_v, which reads the fields after it as 0
   std::int32_t deterministic;
   std::int32_t dtype;
-  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
   float softmax_scale, softcap;
   std::int32_t causal, window_left, window_right;
   const std::int32_t* cu_seqlens_q;
@@ -55,14 +56,21 @@ struct Call {
   const void* dsink;
   const std::int32_t* seqused_q;
   const std::int32_t* seqused_k;
+  // Forward, paged K/V: NULL / 0 for the backward and for a caller of the layout before these fields.
+  const std::int32_t* block_table;
+  std::int64_t block_table_stride;
+  std::int32_t page_size, num_pages;
   std::vector<Tensor> tensors;
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
+  bool paged() const { return block_table != nullptr; }
   Int rows(bool query) const {
+    if (!query && paged()) return Int{num_pages} * page_size;
     if (varlen()) return query ? total_q : total_k;
     return Int{batch} * (query ? seqlen_q : seqlen_k);
   }
   Int heads(bool query) const { return query ? heads_q : heads_kv; }
+  Int columns(const Tensor& t) const { return t.value && head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 template <class Params>
@@ -70,8 +78,8 @@ Call common(const Params& p, bool backward) {
   Call c{};
   c.backward = backward;
   c.struct_size = p.struct_size;
-  c.expected_size = sizeof(Params);
-  c.first_layout_size = offsetof(Params, sink);
+  c.first_layout_size = offsetof(Params, head_dim_v);
+  c.known_sizes = {c.first_layout_size, sizeof(Params)};
   std::memcpy(&c.dtype, &p.dtype, sizeof(c.dtype));  // rule 3: read as an integer
   c.batch = p.batch;
   c.seqlen_q = p.seqlen_q;
@@ -79,6 +87,7 @@ Call common(const Params& p, bool backward) {
   c.heads_q = p.heads_q;
   c.heads_kv = p.heads_kv;
   c.head_dim = p.head_dim;
+  c.head_dim_v = p.struct_size == c.first_layout_size ? 0 : p.head_dim_v;
   c.softmax_scale = p.softmax_scale;
   c.softcap = p.softcap;
   c.causal = p.causal;
@@ -92,7 +101,7 @@ Call common(const Params& p, bool backward) {
   c.total_k = p.total_k;
   c.lse = p.lse;
   // A caller of the first layout has no such fields: they read as NULL.
-  if (c.struct_size == c.expected_size) {
+  if (c.struct_size == c.known_sizes.back()) {
     c.sink = p.sink;
     c.seqused_q = p.seqused_q;
     c.seqused_k = p.seqused_k;
@@ -102,36 +111,53 @@ Call common(const Params& p, bool backward) {
 
 Call call_of(const flash4_fwd_params& p) {
   Call c = common(p, false);
-  c.tensors = {{"q", p.q, p.q_strides, true, false},
-               {"k", p.k, p.k_strides, false, false},
-               {"v", p.v, p.v_strides, false, false},
-               {"o", p.o, p.o_strides, true, true}};
+  // The header's first forward layout ended before head_dim_v; its callers read as not paged.
+  if (p.struct_size != c.first_layout_size) {
+    c.block_table = p.block_table;
+    c.block_table_stride = p.block_table_stride;
+    c.page_size = p.page_size;
+    c.num_pages = p.num_pages;
+  }
+  c.tensors = {{"q", p.q, p.q_strides, true, false, false},
+               {"k", p.k, p.k_strides, false, false, false},
+               {"v", p.v, p.v_strides, false, false, true},
+               {"o", p.o, p.o_strides, true, true, true}};
   return c;
 }
 
 Call call_of(const flash4_bwd_params& p) {
   Call c = common(p, true);
   c.deterministic = p.deterministic;
-  if (c.struct_size == c.expected_size) c.dsink = p.dsink;
-  c.tensors = {{"q", p.q, p.q_strides, true, false},     {"k", p.k, p.k_strides, false, false},
-               {"v", p.v, p.v_strides, false, false},    {"o", p.o, p.o_strides, true, false},
-               {"dout", p.dout, p.dout_strides, true, false}, {"dq", p.dq, p.dq_strides, true, true},
-               {"dk", p.dk, p.dk_strides, false, true},  {"dv", p.dv, p.dv_strides, false, true}};
+  if (c.struct_size == c.known_sizes.back()) c.dsink = p.dsink;
+  c.tensors = {{"q", p.q, p.q_strides, true, false, false},         {"k", p.k, p.k_strides, false, false, false},
+               {"v", p.v, p.v_strides, false, false, true},          {"o", p.o, p.o_strides, true, false, true},
+               {"dout", p.dout, p.dout_strides, true, false, true}, {"dq", p.dq, p.dq_strides, true, true, false},
+               {"dk", p.dk, p.dk_strides, false, true, false},      {"dv", p.dv, p.dv_strides, false, true, true}};
   return c;
 }
 
 // ---- rules 1-8: values ----------------------------------------------------------------------------------
 
+Int longest(const Call& c, bool query) {
+  if (!c.varlen()) return query ? c.seqlen_q : c.seqlen_k;
+  return query ? std::min<Int>(c.max_seqlen_q, c.total_q) : std::min<Int>(c.max_seqlen_k, c.total_k);
+}
+
+// Rule 6: the entries a block_table row must hold, ceil(Lk / page_size).
+Int pages_per_sequence(const Call& c) { return (longest(c, false) + c.page_size - 1) / c.page_size; }
+
 Step rule_struct_and_kind(const Call& c) {
-  if (c.struct_size != c.expected_size && c.struct_size != c.first_layout_size) return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size");
+  if (std::find(c.known_sizes.begin(), c.known_sizes.end(), c.struct_size) == c.known_sizes.end()) {
+    return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size");
+  }
   if (c.backward && c.deterministic != 0 && c.deterministic != 1) {
     return reject(FLASH4_ERROR_INVALID_ARGUMENT, "deterministic");
   }
   if (c.dtype != 0 && c.dtype != 1) return reject(FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype");
-  const int dims[] = {64, 96, 128, 192, 256};
-  if (std::find(std::begin(dims), std::end(dims), c.head_dim) == std::end(dims)) {
-    return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
-  }
+  // Rule 3: multiples of 8 in [8, 256]; head_dim_v may also be 0.
+  const auto supported = [](std::int32_t d) { return d >= 8 && d <= 256 && d % 8 == 0; };
+  if (!supported(c.head_dim)) return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+  if (c.head_dim_v != 0 && !supported(c.head_dim_v)) return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v");
   return {};
 }
 
@@ -160,6 +186,12 @@ Step rule_sizes(const Call& c) {
   if (c.heads_q % c.heads_kv != 0) return reject(FLASH4_ERROR_HEAD_RATIO, "heads_q");
   if (c.varlen() && c.total_q > Int{c.batch} * c.max_seqlen_q) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_q");
   if (c.varlen() && c.total_k > Int{c.batch} * c.max_seqlen_k) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_k");
+  if (c.paged()) {
+    if (c.page_size < 16 || c.page_size % 16 != 0) return reject(FLASH4_ERROR_INVALID_SIZE, "page_size");
+    if (c.num_pages < 1) return reject(FLASH4_ERROR_INVALID_SIZE, "num_pages");
+    if (address(c.block_table) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "block_table");
+    if (c.block_table_stride < pages_per_sequence(c)) return reject(FLASH4_ERROR_INVALID_ARGUMENT, "block_table_stride");
+  }
   return {};
 }
 
@@ -201,7 +233,7 @@ Step rule_strides(const Call& c) {
   for (const Tensor& t : c.tensors) {
     if (c.rows(t.query) == 0) continue;
     std::vector<std::pair<const char*, std::int64_t>> strides;
-    if (!c.varlen()) strides.push_back({"batch", t.strides.batch});
+    if (!c.varlen() || (!t.query && c.paged())) strides.push_back({"batch", t.strides.batch});
     strides.push_back({"seq", t.strides.seq});
     strides.push_back({"head", t.strides.head});
     for (const auto& [field, stride] : strides) {
@@ -216,9 +248,9 @@ Step rule_strides(const Call& c) {
 
 // (extent, stride) of the batch (fixed length), seq, head and head_dim dimensions.
 std::vector<std::pair<Int, Int>> dims_of(const Call& c, const Tensor& t) {
-  const Int batch = c.varlen() ? 1 : c.batch;
+  const Int batch = !t.query && c.paged() ? c.num_pages : c.varlen() ? 1 : c.batch;
   return {{batch, t.strides.batch}, {c.rows(t.query) / batch, t.strides.seq}, {c.heads(t.query), t.strides.head},
-          {c.head_dim, 1}};
+          {c.columns(t), 1}};
 }
 
 Int last_byte_offset(const Call& c, const Tensor& t) {
@@ -242,16 +274,15 @@ std::vector<Array> arrays_of(const Call& c) {
     arrays.push_back({"cu_seqlens_q", c.cu_seqlens_q, (Int{c.batch} + 1) * 4, false});
     arrays.push_back({"cu_seqlens_k", c.cu_seqlens_k, (Int{c.batch} + 1) * 4, false});
   }
+  if (c.paged()) {
+    const Int entries = Int{c.batch - 1} * c.block_table_stride + pages_per_sequence(c);
+    if (entries > 0) arrays.push_back({"block_table", c.block_table, entries * 4, false});
+  }
   if (c.sink != nullptr) arrays.push_back({"sink", c.sink, Int{c.heads_q} * 4, false});
   if (c.dsink != nullptr) arrays.push_back({"dsink", c.dsink, Int{c.heads_q} * 4, true});
   if (c.seqused_q != nullptr) arrays.push_back({"seqused_q", c.seqused_q, Int{c.batch} * 4, false});
   if (c.seqused_k != nullptr) arrays.push_back({"seqused_k", c.seqused_k, Int{c.batch} * 4, false});
   return arrays;
-}
-
-Int longest(const Call& c, bool query) {
-  if (!c.varlen()) return query ? c.seqlen_q : c.seqlen_k;
-  return query ? std::min<Int>(c.max_seqlen_q, c.total_q) : std::min<Int>(c.max_seqlen_k, c.total_k);
 }
 
 Step rule_limits(const Call& c) {
@@ -269,6 +300,7 @@ Step rule_limits(const Call& c) {
     if (address(t.data) + last >= kAddressEnd) return reject(FLASH4_ERROR_SIZE_OVERFLOW, t.name);
   }
   for (const Array& a : arrays_of(c)) {
+    if (a.bytes - 1 > kMaxByteOffset) return reject(FLASH4_ERROR_SIZE_OVERFLOW, a.name);
     if (address(a.data) + a.bytes - 1 >= kAddressEnd) return reject(FLASH4_ERROR_SIZE_OVERFLOW, a.name);
   }
   for (const bool query : {true, false}) {

@@ -17,7 +17,7 @@ constexpr std::int32_t kInt32Min = std::numeric_limits<std::int32_t>::min();
 constexpr int kSlotShift = 44;
 
 struct RandomParams::Shape {
-  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  std::int32_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;  // head_dim_v: 0 or its own
   bool varlen;
   std::int32_t max_seqlen_q, max_seqlen_k, total_q, total_k;
 };
@@ -40,7 +40,8 @@ RandomParams::Shape RandomParams::shape() {
   s.batch = chance(0.8) ? static_cast<std::int32_t>(uniform(1, 8)) : pick<std::int32_t>({64, 1024, 1 << 16, 1 << 20});
   s.heads_kv = chance(0.8) ? pick<std::int32_t>({1, 2, 4}) : pick<std::int32_t>({8, 16, 64, 1 << 10});
   s.heads_q = s.heads_kv * pick<std::int32_t>({1, 1, 2, 4, 8});
-  s.head_dim = pick<std::int32_t>({64, 96, 128, 192, 256});
+  s.head_dim = pick<std::int32_t>({64, 96, 128, 192, 256, 8, 40, 72, 136, 200, 248});
+  s.head_dim_v = chance(0.8) ? 0 : pick<std::int32_t>({128, 64, 8, 256, s.head_dim});
   const bool huge = chance(0.15);
   s.seqlen_q = length(huge);
   s.seqlen_k = length(huge);
@@ -56,11 +57,12 @@ RandomParams::Shape RandomParams::shape() {
   return s;
 }
 
-// Element strides of one tensor: contiguous, padded, heads outermost, or q/k/v packed in one buffer.
-flash4_strides RandomParams::layout(const Shape& s, bool query) {
+// Element strides of one tensor: contiguous, padded, heads outermost, or q/k/v packed in one buffer. value: v,
+// o, dout or dv, whose rows are head_dim_v wide when it is set.
+flash4_strides RandomParams::layout(const Shape& s, bool query, bool value) {
   const std::int64_t heads = query ? s.heads_q : s.heads_kv;
   const std::int64_t seqlen = s.varlen ? 1 : std::max(1, query ? s.seqlen_q : s.seqlen_k);
-  const std::int64_t d = s.head_dim;
+  const std::int64_t d = value && s.head_dim_v != 0 ? s.head_dim_v : s.head_dim;
   const std::int64_t pad = chance(0.3) ? 8 * uniform(1, 4) : 0;
   switch (uniform(0, 3)) {
     case 0:  // (batch, seq, head, dim), maybe padded
@@ -94,6 +96,7 @@ void RandomParams::fill(Params& p, const Shape& s) {
   p.heads_q = s.heads_q;
   p.heads_kv = s.heads_kv;
   p.head_dim = s.head_dim;
+  p.head_dim_v = s.head_dim_v;
   p.softmax_scale = chance(0.9) ? 1.0f / std::sqrt(static_cast<float>(s.head_dim)) : scale();
   p.softcap = chance(0.7) ? 0.0f : chance(0.7) ? 30.0f : scale();
   p.causal = chance(0.5);
@@ -110,38 +113,53 @@ void RandomParams::fill(Params& p, const Shape& s) {
   p.q = pointer(0);
   p.k = pointer(1);
   p.v = pointer(2);
-  p.q_strides = layout(s, true);
-  p.k_strides = layout(s, false);
-  p.v_strides = chance(0.5) ? p.k_strides : layout(s, false);
-  p.o_strides = layout(s, true);
-  // Sinks and seqused in some calls (slots 9-11 and 14): buffers of their own.
+  p.q_strides = layout(s, true, false);
+  p.k_strides = layout(s, false, false);
+  p.v_strides = chance(0.5) && s.head_dim_v == 0 ? p.k_strides : layout(s, false, true);
+  p.o_strides = layout(s, true, true);
+  // Sinks and seqused in some calls (slots 9-11 and 15): buffers of their own.
   if (chance(0.2)) p.sink = static_cast<const float*>(pointer(9));
   if (chance(0.15)) p.seqused_q = static_cast<const std::int32_t*>(pointer(10));
   if (chance(0.15)) p.seqused_k = static_cast<const std::int32_t*>(pointer(11));
   if constexpr (sizeof(Params) == sizeof(flash4_bwd_params)) {
-    if (p.sink != nullptr) p.dsink = static_cast<float*>(const_cast<void*>(pointer(14)));
+    if (p.sink != nullptr) p.dsink = static_cast<float*>(const_cast<void*>(pointer(15)));
     p.o = pointer(3);
     p.dout = pointer(4);
     p.lse = static_cast<const float*>(pointer(5));
     p.dq = const_cast<void*>(pointer(6));
     p.dk = const_cast<void*>(pointer(7));
     p.dv = const_cast<void*>(pointer(8));
-    p.dout_strides = layout(s, true);
-    p.dq_strides = layout(s, true);
-    p.dk_strides = layout(s, false);
-    p.dv_strides = layout(s, false);
+    p.dout_strides = layout(s, true, true);
+    p.dq_strides = layout(s, true, false);
+    p.dk_strides = layout(s, false, false);
+    p.dv_strides = layout(s, false, true);
     p.deterministic = chance(0.3);
   } else {
     p.o = const_cast<void*>(pointer(3));
     p.lse = chance(0.8) ? static_cast<float*>(const_cast<void*>(pointer(5))) : nullptr;
+    if (chance(0.25)) fill_paged(p, s);
   }
+}
+
+// k and v as a paged cache, with a block table mostly as long as rule 6 asks, sometimes not.
+void RandomParams::fill_paged(flash4_fwd_params& p, const Shape& s) {
+  p.block_table = static_cast<const std::int32_t*>(pointer(14));
+  p.page_size = chance(0.8) ? pick<std::int32_t>({16, 48, 64, 128, 256}) : pick<std::int32_t>({0, 8, 24, -16, edge_int()});
+  p.num_pages = chance(0.8) ? static_cast<std::int32_t>(uniform(1, 4096)) : edge_int();
+  const std::int64_t rows = std::max(1, p.page_size);
+  const std::int64_t heads = s.heads_kv;
+  const std::int64_t d = s.head_dim;
+  p.k_strides = p.v_strides = {rows * heads * d, heads * d, d};
+  const std::int64_t longest = s.varlen ? std::min(s.max_seqlen_k, s.total_k) : s.seqlen_k;
+  const std::int64_t pages = (longest + rows - 1) / rows;
+  p.block_table_stride = pages + pick<std::int64_t>({0, 0, 3, -1, std::int64_t{1} << 61, std::int64_t{1} << 40});
 }
 
 // One edge value in one field, or one random byte anywhere in the struct.
 template <class Params>
 void RandomParams::mutate(Params& p) {
   auto& bytes = reinterpret_cast<unsigned char(&)[sizeof(Params)]>(p);
-  const void* other = pointer(static_cast<int>(uniform(0, 14)));
+  const void* other = pointer(static_cast<int>(uniform(0, 15)));
   const std::uintptr_t shift = pick<std::uintptr_t>({2, 4, 8, 16, 4096, 0});
   const auto moved = [&](const void* base) {
     return reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(base) + shift);
@@ -150,7 +168,7 @@ void RandomParams::mutate(Params& p) {
     case 0: p.batch = edge_int(); break;
     case 1: (chance(0.5) ? p.seqlen_q : p.seqlen_k) = edge_int(); break;
     case 2: (chance(0.5) ? p.heads_q : p.heads_kv) = edge_int(); break;
-    case 3: p.head_dim = edge_int(); break;
+    case 3: (chance(0.5) ? p.head_dim : p.head_dim_v) = edge_int(); break;
     case 4: (chance(0.5) ? p.max_seqlen_q : p.max_seqlen_k) = edge_int(); break;
     case 5: (chance(0.5) ? p.total_q : p.total_k) = edge_int(); break;
     case 6: (chance(0.5) ? p.window_left : p.window_right) = edge_int(); break;
@@ -176,12 +194,7 @@ void RandomParams::mutate(Params& p) {
       if (chance(0.5)) p.q = value; else p.cu_seqlens_q = static_cast<const std::int32_t*>(value);
       break;
     }
-    case 13: {
-      const std::size_t first_layout = offsetof(Params, sink);
-      p.struct_size = pick<std::size_t>(
-          {0, sizeof(Params) - 8, sizeof(Params) + 8, first_layout, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params)});
-      break;
-    }
+    case 13: p.struct_size = pick<std::size_t>({0, sizeof(Params) - 8, sizeof(Params) + 8, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params), offsetof(Params, head_dim_v)}); break;
     case 14: {  // a sink or seqused pointer NULL, misaligned, near the end of the address space or onto another
       const void* value = pick<const void*>({nullptr, moved(other), reinterpret_cast<const void*>(~std::uintptr_t{3})});
       switch (uniform(0, 2)) {

@@ -26,12 +26,13 @@ class RandomParams {
   Shape shape();
   template <class Params>
   void fill(Params& p, const Shape& s);
+  void fill_paged(flash4_fwd_params& p, const Shape& s);
   template <class Params>
   void mutate(Params& p);
   std::int32_t length(bool allow_huge);
   std::int32_t edge_int();
   float scale();
-  flash4_strides layout(const Shape& s, bool query);
+  flash4_strides layout(const Shape& s, bool query, bool value);
   const void* pointer(int slot);
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   template <class T>

@@ -164,6 +164,41 @@ TEST(CppApi, ShapeMismatchNamesTheTensorAndDimension) {
   expect_error(f.params(), FLASH4_ERROR_INVALID_SIZE, "k.shape[3] (head_dim)");
 }
 
+// v may have a head dim of its own (head_dim_v); o, dout and dv have v's, dq and dk q's and k's. The default
+// softmax scale stays 1/sqrt(q's head dim).
+TEST(CppApi, ValueHeadDimOfItsOwn) {
+  Views f;
+  f.q = TensorView::contiguous(fake_device_pointer(0), DType::bf16, {kBatch, kSeqlenQ, kHeadsQ, 192});
+  f.k = TensorView::contiguous(fake_device_pointer(1), DType::bf16, {kBatch, kSeqlenK, kHeadsKv, 192});
+  f.v = TensorView::contiguous(fake_device_pointer(2), DType::bf16, {kBatch, kSeqlenK, kHeadsKv, 128});
+  f.o = TensorView::contiguous(fake_device_pointer(3), DType::bf16, {kBatch, kSeqlenQ, kHeadsQ, 128});
+  const auto made = f.params();
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_EQ(made.value().head_dim, 192);
+  EXPECT_EQ(made.value().head_dim_v, 128);
+  EXPECT_FLOAT_EQ(made.value().softmax_scale, 1.0f / std::sqrt(192.0f));
+  EXPECT_EQ(flash4_fwd_check(&made.value()), FLASH4_SUCCESS) << flash4_last_error_message();
+  Views wrong_o = f;
+  wrong_o.o.shape[3] = 192;
+  expect_error(wrong_o.params(), FLASH4_ERROR_INVALID_SIZE, "o.shape[3] (head_dim) is 192 but v.shape[3] is 128");
+  Views wrong_v = f;
+  wrong_v.v.shape[1] = kSeqlenK + 1;
+  expect_error(wrong_v.params(), FLASH4_ERROR_INVALID_SIZE, "v.shape[1] (seq)");
+
+  flash4::BackwardTensors t{f.q, f.k, f.v, f.o, f.o, f.lse, f.q, f.k, f.v};
+  t.dout.data = fake_device_pointer(5);
+  t.dq.data = fake_device_pointer(6);
+  t.dk.data = fake_device_pointer(7);
+  t.dv.data = fake_device_pointer(8);
+  const auto bwd = flash4::make_bwd_params(t, {});
+  ASSERT_TRUE(bwd.ok()) << bwd.status().to_string();
+  EXPECT_EQ(bwd.value().head_dim_v, 128);
+  EXPECT_EQ(flash4_bwd_check(&bwd.value()), FLASH4_SUCCESS) << flash4_last_error_message();
+  t.dv = f.k;
+  t.dv.data = fake_device_pointer(8);
+  expect_error(flash4::make_bwd_params(t, {}), FLASH4_ERROR_INVALID_SIZE, "dv.shape[3] (head_dim) is 192");
+}
+
 TEST(CppApi, NonContiguousHeadDim) {
   Views f;
   f.q.stride[3] = 2;
@@ -237,7 +272,7 @@ TEST(CppApi, BwdGradientShapeMismatchNamesTheTensor) {
 
 TEST(CppApi, StatusFromTheCAbiCarriesTheLastErrorMessage) {
   flash4_fwd_params p = Views{}.params().value();
-  p.head_dim = 80;
+  p.head_dim = 84;
   const flash4::Status status = flash4::Status::from_c(flash4_fwd_check(&p));
   EXPECT_EQ(status.code(), FLASH4_ERROR_UNSUPPORTED_HEAD_DIM);
   EXPECT_NE(status.message().find("head_dim"), std::string::npos);

@@ -19,7 +19,7 @@ std::string seed_trace(std::uint64_t seed) { return "seed " + std::to_string(see
 
 // Small problems: finite differences run two forwards per input element. Together they cover causal
 // (Sq < Sk and Sq > Sk, the latter with fully masked rows), window, softcap, GQA, MQA and varlen with
-// an empty query sequence and an empty key sequence.
+// an empty query sequence and an empty key sequence, and v (with o, dout, dv) narrower and wider than q.
 struct Config {
   const char* name;
   Problem problem;
@@ -45,6 +45,10 @@ const std::vector<Config>& configs() {
       {"varlen_window", {.batch = 4, .heads_q = 2, .heads_kv = 1, .head_dim = kHeadDim, .scale = kScale,
                          .window_left = 1, .window_right = 2, .cu_seqlens_q = {0, 3, 3, 7, 9},
                          .cu_seqlens_k = {0, 4, 6, 6, 11}}},
+      {"narrow_v_causal", {.seqlen_q = 5, .seqlen_k = 6, .heads_q = 2, .heads_kv = 1, .head_dim = kHeadDim,
+                           .head_dim_v = kHeadDim / 2, .scale = kScale, .causal = true}},
+      {"wide_v_varlen", {.batch = 2, .heads_q = 2, .heads_kv = 2, .head_dim = kHeadDim, .head_dim_v = kHeadDim + 2,
+                         .scale = kScale, .cu_seqlens_q = {0, 3, 7}, .cu_seqlens_k = {0, 5, 9}}},
       // Sinks: with Sq > Sk causal (fully masked rows, whose LSE is the sink) and GQA; and with softcap.
       {"sink_causal_gqa", {.batch = 2, .seqlen_q = 6, .seqlen_k = 4, .heads_q = 4, .heads_kv = 2,
                            .head_dim = kHeadDim, .scale = kScale, .causal = true, .sink = {0.5f, -1.0f, 2.0f, 0.0f}}},
@@ -249,6 +253,63 @@ TEST_P(NaiveBackward, TakesDeltaFromAGivenO) {
   constexpr double kDeltaEffect = 0.01;
   EXPECT_GT(relative_norm_error(zero_delta.dk, exact.dk), kDeltaEffect) << "dk";
   EXPECT_EQ(zero_delta.dv, own.dv);
+}
+
+// Rows of `from` (row_length values each) copied into rows of row_length + extra values, the extra ones 0.
+std::vector<float> zero_padded(const std::vector<float>& from, int row_length, int extra) {
+  std::vector<float> padded;
+  for (std::size_t first = 0; first < from.size(); first += static_cast<std::size_t>(row_length)) {
+    padded.insert(padded.end(), from.begin() + static_cast<std::ptrdiff_t>(first),
+                  from.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(row_length)));
+    padded.insert(padded.end(), static_cast<std::size_t>(extra), 0.0f);
+  }
+  return padded;
+}
+
+// The first row_length values of each row of `from` (rows of row_length + extra values).
+std::vector<double> truncated(const std::vector<double>& from, int row_length, int extra) {
+  std::vector<double> rows;
+  const std::size_t stride = static_cast<std::size_t>(row_length + extra);
+  for (std::size_t first = 0; first < from.size(); first += stride) {
+    rows.insert(rows.end(), from.begin() + static_cast<std::ptrdiff_t>(first),
+                from.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(row_length)));
+  }
+  return rows;
+}
+
+// The identity a kernel of a larger head dim relies on to serve a smaller one (docs/design.md): columns of
+// zeros appended to q and k leave every score, and to v every other column of O, unchanged; their
+// gradients are the unpadded ones plus zero columns. Here in fp64, where adding the zero products changes
+// no sum, so the results must agree exactly: v narrower than q (head_dim_v < head_dim) against v padded to
+// head_dim, and q, k narrower than v against q, k padded to head_dim_v.
+TEST(Backward, ZeroColumnsChangeNothing) {
+  const Problem narrow_v{.seqlen_q = 5, .seqlen_k = 7, .heads_q = 2, .heads_kv = 1, .head_dim = 6, .head_dim_v = 4,
+                         .scale = kScale, .causal = true};
+  const Problem narrow_qk{.batch = 2, .heads_q = 2, .heads_kv = 2, .head_dim = 2, .head_dim_v = 6, .scale = kScale,
+                          .cu_seqlens_q = {0, 3, 7}, .cu_seqlens_k = {0, 5, 9}};
+  for (const Problem& p : {narrow_v, narrow_qk}) {
+    SCOPED_TRACE(to_string(p));
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed_trace(seed));
+    const Inputs in = random_inputs(p, Precision::bf16, seed);
+    const int width = std::max(p.head_dim, p.dim_v());
+    const int extra_qk = width - p.head_dim;
+    const int extra_v = width - p.dim_v();
+    Problem square = p;
+    square.head_dim = width;
+    square.head_dim_v = 0;
+    const Inputs padded{zero_padded(in.q, p.head_dim, extra_qk), zero_padded(in.k, p.head_dim, extra_qk),
+                        zero_padded(in.v, p.dim_v(), extra_v), zero_padded(in.dout, p.dim_v(), extra_v)};
+    const ForwardResult64 forward = forward_fp64(p, in.q, in.k, in.v);
+    const ForwardResult64 forward_square = forward_fp64(square, padded.q, padded.k, padded.v);
+    EXPECT_EQ(forward.o, truncated(forward_square.o, p.dim_v(), extra_v));
+    EXPECT_EQ(forward.lse, forward_square.lse);
+    const BackwardResult64 grad = backward_fp64(p, in.q, in.k, in.v, in.dout);
+    const BackwardResult64 grad_square = backward_fp64(square, padded.q, padded.k, padded.v, padded.dout);
+    EXPECT_EQ(grad.dq, truncated(grad_square.dq, p.head_dim, extra_qk));
+    EXPECT_EQ(grad.dk, truncated(grad_square.dk, p.head_dim, extra_qk));
+    EXPECT_EQ(grad.dv, truncated(grad_square.dv, p.dim_v(), extra_v));
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // are launches too; tests/gpu/test_empty_problem.cpp checks what they write).
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdint>
 #include <set>
@@ -48,7 +49,7 @@ TEST(CApi, EveryStatusHasItsOwnName) {
 
 TEST(CApi, LastErrorClearsOnSuccess) {
   flash4_fwd_params bad = valid_fwd();
-  bad.head_dim = 80;
+  bad.head_dim = 84;
   ASSERT_NE(flash4_fwd_check(&bad), FLASH4_SUCCESS);
   ASSERT_NE(last_error(), "");
   const flash4_fwd_params good = valid_fwd();
@@ -58,7 +59,7 @@ TEST(CApi, LastErrorClearsOnSuccess) {
 
 TEST(CApi, LastErrorIsPerThread) {
   flash4_fwd_params bad = valid_fwd();
-  bad.head_dim = 80;
+  bad.head_dim = 84;
   ASSERT_NE(flash4_fwd_check(&bad), FLASH4_SUCCESS);
   std::string other_thread = "unset";
   std::thread([&] { other_thread = last_error(); }).join();
@@ -78,7 +79,7 @@ TEST(FwdValidation, LseIsOptional) {
 
 TEST(FwdValidation, EveryHeadDimAndDtypePasses) {
   for (flash4_dtype dtype : {FLASH4_DTYPE_BF16, FLASH4_DTYPE_FP16}) {
-    for (int head_dim : {64, 96, 128, 192, 256}) {
+    for (int head_dim = 8; head_dim <= 256; head_dim += 8) {
       flash4_fwd_params p = valid_fwd();
       p.dtype = dtype;
       p.head_dim = head_dim;
@@ -163,7 +164,7 @@ TEST(FwdValidation, EmptyProblemsAreValidatedFirst) {
   expect_fwd_rejected(p, FLASH4_ERROR_MISALIGNED, "lse");
   p = valid_fwd();
   p.seqlen_q = 0;
-  p.head_dim = 80;
+  p.head_dim = 84;
   expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
 }
 
@@ -202,7 +203,9 @@ TEST(FwdValidation, NullWorkspaceSizeOutput) {
 }
 
 TEST(FwdValidation, UnknownStructSize) {
-  for (std::size_t size : {std::size_t{0}, sizeof(flash4_fwd_params) - 8, sizeof(flash4_fwd_params) + 8}) {
+  // Not a released layout: neither the first (which ends where head_dim_v begins) nor the current one.
+  for (std::size_t size : {std::size_t{0}, offsetof(flash4_fwd_params, head_dim_v) - 8, sizeof(flash4_fwd_params) - 4,
+                           sizeof(flash4_fwd_params) + 8}) {
     flash4_fwd_params p = valid_fwd();
     p.struct_size = size;
     SCOPED_TRACE("struct_size " + std::to_string(size));
@@ -218,12 +221,12 @@ TEST(FwdValidation, UnsupportedDtype) {
 }
 
 TEST(FwdValidation, UnsupportedHeadDim) {
-  for (int head_dim : {-64, 0, 32, 80, 129, 512}) {
+  for (int head_dim : {-64, -8, 0, 4, 12, 84, 129, 264, 512}) {
     flash4_fwd_params p = valid_fwd();
     p.head_dim = head_dim;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
     expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
-    expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "64, 96, 128, 192, 256");
+    expect_fwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "a multiple of 8 in [8, 256]");
   }
 }
 
@@ -497,7 +500,7 @@ TEST(BwdValidation, MisalignedGradientStride) {
 
 TEST(BwdValidation, SharesTheForwardRules) {
   flash4_bwd_params p = valid_bwd();
-  p.head_dim = 80;
+  p.head_dim = 84;
   expect_bwd_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
   p = valid_bwd();
   p.causal = 1;

@@ -46,15 +46,15 @@ TEST(SinkValidation, SinksAndSequsedPassFixedLengthAndVarlen) {
   expect_bwd_valid(bwd_with_all());
 }
 
-// The first layout ends where sink starts: such a caller is accepted, and whatever lies past its struct_size
-// (here invalid pointers) is not read.
+// The first layout ends where head_dim_v starts: such a caller is accepted, and whatever lies past its
+// struct_size (here invalid pointers) is not read.
 TEST(SinkValidation, FirstLayoutIsAcceptedAndReadsNothingPastIt) {
   flash4_fwd_params fwd = fwd_with_all();
-  fwd.struct_size = offsetof(flash4_fwd_params, sink);
+  fwd.struct_size = offsetof(flash4_fwd_params, head_dim_v);
   fwd.sink = offset_bytes(fwd.sink, 1);
   EXPECT_EQ(flash4_fwd_check(&fwd), FLASH4_SUCCESS) << last_error();
   flash4_bwd_params bwd = bwd_with_all();
-  bwd.struct_size = offsetof(flash4_bwd_params, sink);
+  bwd.struct_size = offsetof(flash4_bwd_params, head_dim_v);
   bwd.dsink = nullptr;  // sink set without dsink: an error, were it read
   expect_bwd_valid(bwd);
 }

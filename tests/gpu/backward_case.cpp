@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -18,8 +19,10 @@ constexpr std::size_t kWorkspaceGuardBytes = 4096;  // poisoned bytes past the e
 constexpr std::uint16_t kPoison16 = 0xFFFF;         // a NaN in both bf16 and fp16
 constexpr std::uint32_t kPoison32 = 0xFFFFFFFFu;    // a NaN in fp32
 constexpr int kPoisonByte = 0xFF;
-// Padding of strided views: 8 elements = 16 bytes, so that every stride stays a multiple of TMA's alignment.
+// Padding of strided views: 8 elements = 16 bytes, so that every stride stays a multiple of TMA's alignment;
+// after a head's row, at least up to the widest kernel's head dim (BackwardCase::strided).
 constexpr std::int64_t kPadElements = 8;
+constexpr std::int64_t kWidestKernel = 256;
 constexpr std::size_t kElementBytes = 2;
 
 ref::Precision precision_of(flash4_dtype dtype) {
@@ -96,15 +99,15 @@ struct Tensor16 {
   }
 };
 
-Tensor16 make_tensor(const char* name, const BackwardCase& c, int rows, int seqlen, int heads) {
+Tensor16 make_tensor(const char* name, const BackwardCase& c, int rows, int seqlen, int heads, int head_dim) {
   Tensor16 t;
   t.name = name;
   t.rows = rows;
   t.seqlen = c.varlen_q.empty() ? seqlen : 0;
   t.heads = heads;
-  t.head_dim = c.head_dim;
+  t.head_dim = head_dim;
   const std::int64_t pad = c.strided ? kPadElements : 0;
-  t.strides.head = c.head_dim + pad;
+  t.strides.head = c.strided ? std::max(head_dim + kPadElements, kWidestKernel) : head_dim;
   t.strides.seq = heads * t.strides.head + pad;
   t.strides.batch = std::max(1, seqlen) * t.strides.seq + pad;
   t.image.assign(kGuardElements * 2 + t.span(), kPoison16);
@@ -164,9 +167,10 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
 // rule compares the used rows only.
 ::testing::AssertionResult take_unused_rows(const ref::Problem& p, std::vector<float>& o, std::vector<float>& lse,
                                             std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
-  const auto take = [&p](std::vector<float>& values, std::size_t first, const char* name, int b, int row)
+  // `width` values of `values` from `first`: o and dv rows hold head_dim_v, dq and dk rows head_dim.
+  const auto take = [](std::vector<float>& values, std::size_t first, int width, const char* name, int b, int row)
       -> ::testing::AssertionResult {
-    for (std::size_t e = first; e < first + static_cast<std::size_t>(p.head_dim); ++e) {
+    for (std::size_t e = first; e < first + static_cast<std::size_t>(width); ++e) {
       if (!std::isnan(values[e])) {
         return ::testing::AssertionFailure() << name << " of unused row " << row << " of sequence " << b << " was written";
       }
@@ -177,9 +181,8 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
   for (int b = 0; b < p.batch; ++b) {
     for (int i = p.seq_q(b); i < p.span_q(b); ++i) {
       for (int h = 0; h < p.heads_q; ++h) {
-        for (std::vector<float>* values : {&o, &dq}) {
-          if (auto r = take(*values, p.q_index(b, i, h), values == &o ? "o" : "dq", b, i); !r) return r;
-        }
+        if (auto r = take(o, p.o_index(b, i, h), p.dim_v(), "o", b, i); !r) return r;
+        if (auto r = take(dq, p.q_index(b, i, h), p.head_dim, "dq", b, i); !r) return r;
         float& l = lse[p.lse_index(b, h, i)];
         if (!std::isnan(l)) return ::testing::AssertionFailure() << "lse of unused row " << i << " was written";
         l = 0.0f;
@@ -187,9 +190,8 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
     }
     for (int j = p.seq_k(b); j < p.span_k(b); ++j) {
       for (int h = 0; h < p.heads_kv; ++h) {
-        for (std::vector<float>* values : {&dk, &dv}) {
-          if (auto r = take(*values, p.kv_index(b, j, h), values == &dk ? "dk" : "dv", b, j); !r) return r;
-        }
+        if (auto r = take(dk, p.kv_index(b, j, h), p.head_dim, "dk", b, j); !r) return r;
+        if (auto r = take(dv, p.v_index(b, j, h), p.dim_v(), "dv", b, j); !r) return r;
       }
     }
   }
@@ -201,6 +203,7 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
 std::string BackwardCase::name() const {
   std::ostringstream s;
   s << (dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16") << "_d" << head_dim;
+  if (head_dim_v != 0) s << "_dv" << head_dim_v;
   if (varlen_q.empty()) {
     s << "_b" << batch << "_sq" << seqlen_q << "_sk" << seqlen_k;
   } else {  // the sequence lengths, e.g. _varlen_q100,0,300_k120,5,300
@@ -230,6 +233,7 @@ ref::Problem BackwardCase::problem() const {
   p.heads_q = heads_q;
   p.heads_kv = heads_kv;
   p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
   p.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   p.causal = causal;
   p.window_left = window_left;
@@ -285,6 +289,7 @@ struct BackwardDevice::State {
     p.heads_q = c.heads_q;
     p.heads_kv = c.heads_kv;
     p.head_dim = c.head_dim;
+    p.head_dim_v = c.head_dim_v;
     p.softmax_scale = static_cast<float>(problem.scale);
     p.causal = c.causal ? 1 : 0;
     p.window_left = c.window_left;
@@ -310,14 +315,15 @@ BackwardDevice::BackwardDevice(const BackwardCase& c, const ref::Inputs& in) : s
   s.problem = c.problem();
   s.precision = precision_of(c.dtype);
   const int rows_q = s.problem.rows_q(), rows_k = s.problem.rows_k();
-  s.q = make_tensor("q", c, rows_q, c.seqlen_q, c.heads_q);
-  s.k = make_tensor("k", c, rows_k, c.seqlen_k, c.heads_kv);
-  s.v = make_tensor("v", c, rows_k, c.seqlen_k, c.heads_kv);
-  s.o = make_tensor("o", c, rows_q, c.seqlen_q, c.heads_q);
-  s.dout = make_tensor("dout", c, rows_q, c.seqlen_q, c.heads_q);
-  s.dq = make_tensor("dq", c, rows_q, c.seqlen_q, c.heads_q);
-  s.dk = make_tensor("dk", c, rows_k, c.seqlen_k, c.heads_kv);
-  s.dv = make_tensor("dv", c, rows_k, c.seqlen_k, c.heads_kv);
+  const int d = c.head_dim, dv = s.problem.dim_v();
+  s.q = make_tensor("q", c, rows_q, c.seqlen_q, c.heads_q, d);
+  s.k = make_tensor("k", c, rows_k, c.seqlen_k, c.heads_kv, d);
+  s.v = make_tensor("v", c, rows_k, c.seqlen_k, c.heads_kv, dv);
+  s.o = make_tensor("o", c, rows_q, c.seqlen_q, c.heads_q, dv);
+  s.dout = make_tensor("dout", c, rows_q, c.seqlen_q, c.heads_q, dv);
+  s.dq = make_tensor("dq", c, rows_q, c.seqlen_q, c.heads_q, d);
+  s.dk = make_tensor("dk", c, rows_k, c.seqlen_k, c.heads_kv, d);
+  s.dv = make_tensor("dv", c, rows_k, c.seqlen_k, c.heads_kv, dv);
   upload(s.q, s.precision, in.q);
   upload(s.k, s.precision, in.k);
   upload(s.v, s.precision, in.v);
@@ -532,6 +538,26 @@ BackwardOutcome run_backward_case(const BackwardCase& c) {
   outcome.dsink = gradient_within_tolerance("dsink", device.dsink(), naive.dsink, exact.dsink, floor);
   outcome.untouched = device.untouched();
   return outcome;
+}
+
+void expect_matches_reference(const BackwardOutcome& outcome) {
+  SCOPED_TRACE("seed " + std::to_string(outcome.seed));
+  ASSERT_TRUE(outcome.calls);
+  ASSERT_TRUE(outcome.unavailable.empty()) << "a built backward kernel refused the case: " << outcome.unavailable;
+  EXPECT_TRUE(outcome.o);
+  EXPECT_TRUE(outcome.lse);
+  EXPECT_TRUE(outcome.dq);
+  EXPECT_TRUE(outcome.dk);
+  EXPECT_TRUE(outcome.dv);
+  EXPECT_TRUE(outcome.untouched);
+}
+
+std::string test_name(const BackwardCase& c, std::size_t index) {
+  std::string name = c.name();
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name + "_" + std::to_string(index);
 }
 
 }  // namespace flash4::test

@@ -21,6 +21,7 @@ namespace flash4::test {
 struct BackwardCase {
   flash4_dtype dtype = FLASH4_DTYPE_BF16;
   int head_dim = 128;
+  int head_dim_v = 0;  // of v, o, dout, dv; 0: head_dim
   int batch = 1;
   int seqlen_q = 128;
   int seqlen_k = 128;
@@ -33,7 +34,9 @@ struct BackwardCase {
   std::vector<int> varlen_q = {};  // per-sequence lengths; empty: fixed length
   std::vector<int> varlen_k = {};
   // Every tensor (inputs and outputs) a non-contiguous view: padding between heads, rows and batches, which
-  // holds NaN in the inputs and must stay untouched in the outputs.
+  // holds NaN in the inputs and must stay untouched in the outputs. The padding after each head's row reaches
+  // the widest kernel's head dim, so that a kernel serving a narrower head dim that wrote past it would write
+  // there (and not into the next head's row, where a later correct write could hide it).
   bool strided = false;
   bool deterministic = false;
   std::vector<float> sink = {};       // learnable sink logits, one per query head; empty: none
@@ -65,6 +68,12 @@ struct BackwardOutcome {
 };
 
 BackwardOutcome run_backward_case(const BackwardCase& c);
+
+// Every check of an outcome passed (a built kernel that refuses the case fails too), traced with its seed.
+void expect_matches_reference(const BackwardOutcome& outcome);
+
+// The case's name() as a gtest parameter name (alphanumerics and '_'), made unique by its index.
+std::string test_name(const BackwardCase& c, std::size_t index);
 
 // The device side of one case: every tensor in its own buffer between poisoned guard regions, inputs uploaded,
 // and the params of both directions pointing at them. Results come back as floats in the reference's dense

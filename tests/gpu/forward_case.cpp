@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
+#include <optional>
+#include <random>
 #include <sstream>
+#include <tuple>
 
+#include "reference/paged.hpp"
 #include "tolerance.hpp"
 
 namespace flash4::test {
@@ -51,6 +56,64 @@ std::vector<uint16_t> to_bits(ref::Precision precision, const std::vector<float>
   return ::testing::AssertionSuccess();
 }
 
+// A paged copy of k and v: each sequence's pages (shuffled or ascending) among spare ones, junk (finite, large)
+// in every row no sequence uses, and junk entries past each sequence's pages in the table.
+struct PagedCache {
+  ref::PagedLayout layout;
+  std::vector<float> k, v;
+};
+
+PagedCache make_paged_cache(const ForwardCase& c, const ref::Problem& problem, ref::Precision precision,
+                            const ref::Inputs& in) {
+  constexpr int kSparePages = 3;
+  constexpr int kSpareEntries = 2;
+  const int page_size = c.page_size;
+  std::vector<int> pages(problem.batch);
+  for (int b = 0; b < problem.batch; ++b) pages[b] = (problem.seq_k(b) + page_size - 1) / page_size;
+  PagedCache cache;
+  ref::PagedLayout& layout = cache.layout;
+  layout.page_size = page_size;
+  layout.num_pages = std::accumulate(pages.begin(), pages.end(), 0) + kSparePages;
+  layout.table_stride = *std::max_element(pages.begin(), pages.end()) + kSpareEntries;
+  std::vector<int> order(layout.num_pages);
+  std::iota(order.begin(), order.end(), 0);
+  const std::uint64_t seed = ref::fresh_seed();
+  if (c.shuffle_pages) std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  // Never-read entries: past the sequence's pages, out of range in both directions.
+  const int junk_entries[] = {-1, layout.num_pages, std::numeric_limits<int>::max()};
+  layout.block_table.resize(std::size_t(problem.batch) * layout.table_stride);
+  for (std::size_t i = 0; i < layout.block_table.size(); ++i) layout.block_table[i] = junk_entries[i % 3];
+  const std::size_t row = std::size_t(c.heads_kv) * c.head_dim;
+  const std::size_t count = layout.cache_elements(c.heads_kv, c.head_dim);
+  cache.k = ref::random_tensor(count, precision, seed + 1);
+  cache.v = ref::random_tensor(count, precision, seed + 2);
+  for (std::size_t i = 0; i < count; ++i) {  // junk 8x the data's scale: a leaked row would show
+    cache.k[i] = ref::round_to(precision, 8.0f * cache.k[i]);
+    cache.v[i] = ref::round_to(precision, 8.0f * cache.v[i]);
+  }
+  int next = 0;
+  int longest = 0;
+  for (int b = 0; b < problem.batch; ++b) {
+    if (pages[b] > pages[longest]) longest = b;
+    for (int s = 0; s < pages[b]; ++s) layout.block_table[std::size_t(b) * layout.table_stride + s] = order[next++];
+    for (int j = 0; j < problem.seq_k(b); ++j) {
+      const int page = layout.block_table[std::size_t(b) * layout.table_stride + j / page_size];
+      const std::size_t to = (std::size_t(page) * page_size + j % page_size) * row;
+      std::copy_n(in.k.begin() + std::ptrdiff_t(problem.kv_index(b, j, 0)), row, cache.k.begin() + std::ptrdiff_t(to));
+      std::copy_n(in.v.begin() + std::ptrdiff_t(problem.kv_index(b, j, 0)), row, cache.v.begin() + std::ptrdiff_t(to));
+    }
+  }
+  if (c.bad_page && pages[longest] > 0) layout.block_table[std::size_t(longest) * layout.table_stride] = layout.num_pages + 7;
+  return cache;
+}
+
+// `bits` between two guard regions of NaN.
+std::vector<uint16_t> with_guards(const std::vector<uint16_t>& bits) {
+  std::vector<uint16_t> all(bits.size() + 2 * kGuardElements, kPoison16);
+  std::copy(bits.begin(), bits.end(), all.begin() + kGuardElements);
+  return all;
+}
+
 }  // namespace
 
 std::string ForwardCase::name() const {
@@ -59,6 +122,7 @@ std::string ForwardCase::name() const {
     << "_sk" << seqlen_k << "_h" << heads_q << "x" << heads_kv << (causal ? "_causal" : "")
     << (window_left >= 0 || window_right >= 0 ? "_win" + std::to_string(window_left) + "," + std::to_string(window_right) : "")
     << (softcap > 0 ? "_softcap" : "") << (varlen_q.empty() ? "" : "_varlen") << (packed_qkv ? "_packed" : "");
+  if (page_size > 0) s << "_page" << page_size << (shuffle_pages ? "_shuffled" : "") << (bad_page ? "_badpage" : "");
   return s.str();
 }
 
@@ -85,7 +149,14 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
       problem.cu_seqlens_k.push_back(problem.cu_seqlens_k.back() + c.varlen_k[b]);
     }
   }
-  const ref::Inputs in = ref::random_inputs(problem, precision);
+  ref::Inputs in = ref::random_inputs(problem, precision);
+  std::optional<PagedCache> paged;
+  if (c.page_size > 0) {
+    paged = make_paged_cache(c, problem, precision, in);
+    // The reference sees what the kernel is given: the cache gathered back (zeros for a bad page).
+    in.k = ref::gather_pages(problem, paged->layout, paged->k);
+    in.v = ref::gather_pages(problem, paged->layout, paged->v);
+  }
   const ref::ForwardResult64 exact = ref::forward_fp64(problem, in.q, in.k, in.v);
   const ref::ForwardResult32 naive = ref::forward_naive(problem, precision, in.q, in.k, in.v);
 
@@ -126,6 +197,29 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
     p.v = v_buf.ptr;
     p.q_strides = {int64_t(c.seqlen_q) * c.heads_q * D, int64_t(c.heads_q) * D, D};
     p.k_strides = p.v_strides = {int64_t(c.seqlen_k) * c.heads_kv * D, int64_t(c.heads_kv) * D, D};
+  }
+
+  // A paged cache inside NaN guard regions: a read of one would reach O, a write would change it.
+  const std::size_t cache_count = paged ? paged->k.size() : 0;
+  DeviceBuffer k_cache(paged ? (cache_count + 2 * kGuardElements) * 2 : 16);
+  DeviceBuffer v_cache(paged ? (cache_count + 2 * kGuardElements) * 2 : 16);
+  DeviceBuffer table(paged ? paged->layout.block_table.size() * 4 : 16);
+  std::vector<uint16_t> k_cache_all, v_cache_all;
+  if (paged) {
+    k_cache_all = with_guards(to_bits(precision, paged->k));
+    v_cache_all = with_guards(to_bits(precision, paged->v));
+    cudaMemcpy(k_cache.ptr, k_cache_all.data(), k_cache_all.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(v_cache.ptr, v_cache_all.data(), v_cache_all.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(table.ptr, paged->layout.block_table.data(), paged->layout.block_table.size() * 4,
+               cudaMemcpyHostToDevice);
+    p.k = k_cache.as<uint16_t>() + kGuardElements;
+    p.v = v_cache.as<uint16_t>() + kGuardElements;
+    const int64_t row = int64_t(c.heads_kv) * D;
+    p.k_strides = p.v_strides = {int64_t(c.page_size) * row, row, D};
+    p.block_table = table.as<int32_t>();
+    p.block_table_stride = paged->layout.table_stride;
+    p.page_size = c.page_size;
+    p.num_pages = paged->layout.num_pages;
   }
 
   // Outputs inside poisoned guard regions.
@@ -186,6 +280,17 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
   cudaMemcpy(o_all.data(), o_buf.ptr, o_all.size() * 2, cudaMemcpyDeviceToHost);
   cudaMemcpy(lse_all.data(), lse_buf.ptr, lse_all.size() * 4, cudaMemcpyDeviceToHost);
   outcome.guards = guards_intact(o_all, lse_all, o_count, lse_count);
+  if (paged && outcome.guards) {
+    for (const auto& [name, buffer, expected] : {std::tuple{"k", &k_cache, &k_cache_all},
+                                                 std::tuple{"v", &v_cache, &v_cache_all}}) {
+      std::vector<uint16_t> after(expected->size());
+      cudaMemcpy(after.data(), buffer->ptr, after.size() * 2, cudaMemcpyDeviceToHost);
+      if (after != *expected) {
+        outcome.guards = ::testing::AssertionFailure() << "the paged " << name << " cache or its guards changed";
+        break;
+      }
+    }
+  }
 
   std::vector<float> o(o_count), lse(lse_count);
   for (std::size_t i = 0; i < o_count; ++i) o[i] = ref::from_bits(precision, o_all[kGuardElements + i]);

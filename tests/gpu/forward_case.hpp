@@ -1,5 +1,6 @@
 // One forward test case run end to end on the GPU: random inputs, a poisoned output with guard regions,
-// flash4_fwd through the C ABI, then O and LSE against the fp64 reference with the tolerance rule.
+// flash4_fwd through the C ABI, then O and LSE against the fp64 reference with the tolerance rule. Paged
+// cases scatter k / v into a paged cache and compare against the reference on the gathered cache.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,6 +29,12 @@ struct ForwardCase {
   std::vector<int> varlen_q = {};  // per-sequence lengths; empty: fixed length
   std::vector<int> varlen_k = {};
   bool packed_qkv = false;  // q/k/v as strided views of one (B, S, 3, H, D) buffer
+  // > 0: k/v live in a paged cache of pages of this many rows (flash4_fwd_params.block_table), with spare
+  // pages, junk in every row no sequence uses, NaN guard regions around it, and junk table entries past
+  // each sequence's pages.
+  int page_size = 0;
+  bool shuffle_pages = false;  // the pages of the sequences in a random order (else ascending)
+  bool bad_page = false;       // the longest sequence's first table entry outside [0, num_pages): zero keys
 
   std::string name() const;
 };

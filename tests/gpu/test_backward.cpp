@@ -11,7 +11,6 @@
 // cases of a full build, the longest case (4224 x 4224 causal) under 20 s.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -166,28 +165,11 @@ std::vector<BackwardCase> backward_grid() {
   return cases;
 }
 
-std::string test_name(const BackwardCase& c, std::size_t index) {
-  std::string name = c.name();
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name + "_" + std::to_string(index);
-}
-
 class BackwardGrid : public ::testing::TestWithParam<BackwardCase> {};
 
 TEST_P(BackwardGrid, MatchesReference) {
   FLASH4_REQUIRE_GPU();
-  const BackwardOutcome outcome = run_backward_case(GetParam());
-  SCOPED_TRACE("seed " + std::to_string(outcome.seed));
-  ASSERT_TRUE(outcome.calls);
-  ASSERT_TRUE(outcome.unavailable.empty()) << "a built backward kernel refused the case: " << outcome.unavailable;
-  EXPECT_TRUE(outcome.o);
-  EXPECT_TRUE(outcome.lse);
-  EXPECT_TRUE(outcome.dq);
-  EXPECT_TRUE(outcome.dk);
-  EXPECT_TRUE(outcome.dv);
-  EXPECT_TRUE(outcome.untouched);
+  expect_matches_reference(run_backward_case(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, BackwardGrid, ::testing::ValuesIn(backward_grid()),
@@ -363,10 +345,11 @@ TEST(BackwardCppApi, SameBitsAsTheCAbi) {
 }
 
 // Every head dim has a backward, but a build may leave some out (FLASH4_HEAD_DIMS / FLASH4_DTYPES): a
-// supported (dtype, head dim) this build lacks answers FLASH4_ERROR_NO_KERNEL naming it, and writes nothing.
+// supported (dtype, head dim) that no built kernel is wide enough for answers FLASH4_ERROR_NO_KERNEL naming
+// it, and writes nothing. (A narrower head dim is served by a wider kernel: host/kernel_choice.hpp.)
 bool backward_built(flash4_dtype dtype, int head_dim) {
   for (const BuiltKernel& built : built_backward_kernels()) {
-    if (built.dtype == dtype && built.head_dim == head_dim) return true;
+    if (built.dtype == dtype && built.head_dim >= head_dim) return true;
   }
   return false;
 }
@@ -386,7 +369,7 @@ TEST(BackwardUnsupported, HeadDimsNotBuiltSaySo) {
       const flash4_status status = device.backward();
       const std::string message = flash4_last_error_message();
       EXPECT_EQ(status, FLASH4_ERROR_NO_KERNEL) << flash4_status_string(status) << ": " << message;
-      std::string kernel_name = "d";  // appended: GCC 12 warns falsely (-Wrestrict) on "d" + to_string(...)
+      std::string kernel_name = "head_dim ";  // appended: GCC 12 warns falsely (-Wrestrict) on "..." + to_string
       kernel_name += std::to_string(head_dim);
       EXPECT_NE(message.find(kernel_name), std::string::npos) << message;
       FLASH4_CUDA_OK(cudaDeviceSynchronize());

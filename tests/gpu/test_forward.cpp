@@ -1,6 +1,7 @@
 // Forward kernel against the fp64 reference (tolerance rule of tests/tolerance.hpp) over the grid of
 // issue 4: head dims x dtypes x masks x GQA/MQA x odd sequence lengths x Sq != Sk x varlen, with
-// poisoned outputs inside guard regions. Kernels not compiled into this build are skipped.
+// poisoned outputs inside guard regions; and the same kernel on paged K/V caches (Paged/ForwardGrid).
+// Kernels not compiled into this build are skipped.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -16,15 +17,21 @@ namespace {
 
 std::vector<BuiltKernel> built_kernels() { return built_forward_kernels(); }
 
+// The default case on one built kernel.
+ForwardCase on_kernel(const BuiltKernel& kernel) {
+  ForwardCase c;
+  c.dtype = kernel.dtype;
+  c.head_dim = kernel.head_dim;
+  return c;
+}
+
 // Sequence lengths from the FA3/FA4 test suites: tails of every size around the 128-row tiles.
 const std::vector<int> kOddLengths = {1, 17, 113, 239, 512, 799, 1023};
 
 std::vector<ForwardCase> forward_grid() {
   std::vector<ForwardCase> cases;
   for (const BuiltKernel& kernel : built_kernels()) {
-    ForwardCase base;
-    base.dtype = kernel.dtype;
-    base.head_dim = kernel.head_dim;
+    const ForwardCase base = on_kernel(kernel);
     for (int length : kOddLengths) {
       for (bool causal : {false, true}) {
         ForwardCase c = base;
@@ -119,6 +126,67 @@ std::vector<ForwardCase> forward_grid() {
   return cases;
 }
 
+// The forward on a paged K/V cache (flash4_fwd_params.block_table), against the reference on the gathered
+// cache: page sizes that divide block_n, that it divides, and that do neither (48), ragged varlen lengths with
+// empty sequences, causal and windows, GQA and MQA, shuffled pages, a table entry out of range (its keys read
+// as zeros), junk in the rows and table entries no sequence uses, NaN guard regions around the cache.
+// Ragged lengths: empty sequences, ends inside a page and on a page boundary, more than one key block.
+const std::vector<int> kRaggedQ = {37, 0, 129, 64, 300, 1};
+const std::vector<int> kRaggedK = {100, 5, 0, 256, 517, 48};
+
+std::vector<ForwardCase> paged_grid() {
+  std::vector<ForwardCase> cases;
+  for (const BuiltKernel& kernel : built_kernels()) {
+    ForwardCase base = on_kernel(kernel);
+    base.varlen_q = kRaggedQ;
+    base.varlen_k = kRaggedK;
+    base.heads_q = 4;
+    base.heads_kv = 2;
+    for (int page_size : {16, 48, 64, 128, 256}) {
+      for (bool causal : {false, true}) {
+        ForwardCase c = base;
+        c.page_size = page_size;
+        c.causal = causal;
+        c.shuffle_pages = true;
+        cases.push_back(c);
+      }
+    }
+    ForwardCase ascending = base;  // pages in order: the layout a contiguous cache cut into pages has
+    ascending.page_size = 64;
+    cases.push_back(ascending);
+    for (auto [left, right] : {std::pair{40, 0}, std::pair{100, 37}}) {
+      ForwardCase c = base;
+      c.page_size = 16;
+      c.shuffle_pages = true;
+      c.window_left = left;
+      c.window_right = right;
+      c.causal = right == 0;
+      cases.push_back(c);
+    }
+    ForwardCase mqa = base;  // MQA with softcap
+    mqa.heads_q = 8;
+    mqa.heads_kv = 1;
+    mqa.page_size = 32;
+    mqa.shuffle_pages = true;
+    mqa.softcap = 30.0f;
+    cases.push_back(mqa);
+    ForwardCase bad = base;
+    bad.page_size = 16;
+    bad.shuffle_pages = true;
+    bad.bad_page = true;
+    cases.push_back(bad);
+    ForwardCase fixed = on_kernel(kernel);  // fixed length: every sequence has seqlen_k keys
+    fixed.batch = 3;
+    fixed.seqlen_q = 200;
+    fixed.seqlen_k = 333;
+    fixed.causal = true;
+    fixed.page_size = 64;
+    fixed.shuffle_pages = true;
+    cases.push_back(fixed);
+  }
+  return cases;
+}
+
 class ForwardGrid : public ::testing::TestWithParam<ForwardCase> {};
 
 TEST_P(ForwardGrid, MatchesReference) {
@@ -129,14 +197,16 @@ TEST_P(ForwardGrid, MatchesReference) {
   EXPECT_TRUE(outcome.guards);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm90, ForwardGrid, ::testing::ValuesIn(forward_grid()),
-                         [](const ::testing::TestParamInfo<ForwardCase>& info) {
-                           std::string name = info.param.name();
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name + "_" + std::to_string(info.index);
-                         });
+std::string case_name(const ::testing::TestParamInfo<ForwardCase>& info) {
+  std::string name = info.param.name();
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name + "_" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, ForwardGrid, ::testing::ValuesIn(forward_grid()), case_name);
+INSTANTIATE_TEST_SUITE_P(Paged, ForwardGrid, ::testing::ValuesIn(paged_grid()), case_name);
 
 }  // namespace
 }  // namespace flash4::test

@@ -190,6 +190,41 @@ def test_the_real_library_validates_the_filled_struct(real_library):
         _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
 
 
+def test_head_dim_v_is_v_s_head_dim():
+    q = torch.zeros(2, 33, 4, 192, dtype=torch.bfloat16)
+    k = torch.zeros(2, 20, 2, 192, dtype=torch.bfloat16)
+    v = torch.zeros(2, 20, 2, 128, dtype=torch.bfloat16)
+    out = torch.zeros(2, 33, 4, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 4, 33)
+    p = _launch.fwd_params(q, k, v, out, lse, OPTIONS)
+    assert (p.head_dim, p.head_dim_v) == (192, 128)
+    assert (p.o_strides.seq, p.v_strides.seq) == (4 * 128, 2 * 128)
+    p = _launch.bwd_params(out, q, k, v, out, lse, q, k, v, OPTIONS)
+    assert (p.head_dim, p.head_dim_v) == (192, 128)
+
+
+def test_the_real_library_accepts_every_multiple_of_8_and_a_v_of_its_own(real_library):
+    lib = open_library(real_library)
+    for d, dv in ((8, 8), (40, 40), (72, 72), (200, 200), (248, 248), (192, 128), (64, 128)):
+        q = torch.zeros(2, 50, 4, d, dtype=torch.bfloat16)
+        k = torch.zeros(2, 30, 2, d, dtype=torch.bfloat16)
+        v = torch.zeros(2, 30, 2, dv, dtype=torch.bfloat16)
+        o, dout = torch.zeros(2, 50, 4, dv, dtype=torch.bfloat16), torch.zeros(2, 50, 4, dv, dtype=torch.bfloat16)
+        dq, dk, dv_ = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        lse = torch.zeros(2, 4, 50)
+        params = _launch.fwd_params(q, k, v, o, lse, OPTIONS)
+        _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+        params = _launch.bwd_params(dout, q, k, v, o, lse, dq, dk, dv_, OPTIONS)
+        _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
+    q = torch.zeros(2, 50, 4, 64, dtype=torch.bfloat16)
+    k = torch.zeros(2, 30, 2, 64, dtype=torch.bfloat16)
+    v = torch.zeros(2, 30, 2, 68, dtype=torch.bfloat16)
+    params = _launch.fwd_params(q, k, v, torch.zeros(2, 50, 4, 68, dtype=torch.bfloat16), torch.zeros(2, 4, 50),
+                                OPTIONS)
+    with pytest.raises(_abi.Flash4Error, match="FLASH4_ERROR_UNSUPPORTED_HEAD_DIM.*head_dim_v is 68"):
+        _abi.check(lib, "flash4_fwd_check", lib.flash4_fwd_check(ctypes.byref(params)))
+
+
 def test_the_real_library_accepts_empty_problems(real_library):
     # Sequences without queries or keys, as flash_attn_func and flash_attn_varlen_func now pass them: torch gives
     # an empty tensor a NULL data pointer, which the C ABI accepts for a tensor without rows.

@@ -31,6 +31,9 @@ def no_launch(monkeypatch):
         (3, 1, 4224, 12, 1, 256, torch.bfloat16),  # MQA, one query row
         (4, 17, 17, 6, 3, 96, torch.float16),
         (1, 799, 3, 4, 4, 192, torch.bfloat16),
+        (1, 113, 203, 4, 2, 40, torch.bfloat16),  # head dims no kernel has: served by a wider one
+        (2, 5, 7, 2, 1, 8, torch.float16),
+        (1, 33, 17, 2, 2, 248, torch.bfloat16),
     ],
 )
 def test_fixed_length_shapes(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype):
@@ -90,6 +93,23 @@ def test_dynamic_sequence_lengths_stay_symbolic():
     assert out.shape[-1] == 64  # the head_dim check pins the one size the kernels are built for
 
 
+def test_value_head_dim_of_its_own():
+    # DeepSeek's shape: q and k 192 wide, v 128; out and its gradient are v's width.
+    with FakeTensorMode():
+        q = torch.empty(2, 113, 8, 192, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 203, 2, 192, dtype=torch.bfloat16, device="cuda")
+        v = torch.empty(2, 203, 2, 128, dtype=torch.bfloat16, device="cuda")
+        out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+        dq, dk, dv = torch.ops.flash4.bwd(out, q, k, v, out, lse, *OPTIONS)
+        cu = torch.empty(3, dtype=torch.int32, device="cuda")
+        varlen_out = flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 60, 120)
+        with pytest.raises(ValueError, match=r"dout has shape \(2, 113, 8, 192\).*\(2, 113, 8, 128\)"):
+            torch.ops.flash4.bwd(q, q, k, v, out, lse, *OPTIONS)
+    assert out.shape == (2, 113, 8, 128) and lse.shape == (2, 8, 113)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    assert varlen_out.shape == (113, 8, 128)
+
+
 def meta_inputs(*shapes):
     return [torch.randn(*shape, dtype=torch.bfloat16, device="meta", requires_grad=True) for shape in shapes]
 
@@ -99,6 +119,14 @@ def test_autograd_connects_fwd_to_bwd():
     q, k, v = meta_inputs((2, 64, 8, 64), (2, 32, 2, 64), (2, 32, 2, 64))
     out, lse = torch.ops.flash4.fwd(q, k, v, *OPTIONS)
     assert out.requires_grad and not lse.requires_grad  # lse is an auxiliary output, as in FlashAttention
+    out.sum().backward()
+    assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
+
+
+def test_autograd_with_a_value_head_dim_of_its_own():
+    q, k, v = meta_inputs((2, 64, 8, 192), (2, 32, 2, 192), (2, 32, 2, 128))
+    out, _ = torch.ops.flash4.fwd(q, k, v, *OPTIONS)
+    assert out.shape == (2, 64, 8, 128)
     out.sum().backward()
     assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
 
@@ -156,6 +184,19 @@ CALL_FORMS = {
         *fake_inputs((100, 3, 8, 128)), _cu(), 60, return_lse=True), (100, 8, 128), (8, 100)),
     "flash_attn_varlen_kvpacked_func": (lambda: flash4.flash_attn_varlen_kvpacked_func(
         *fake_inputs((100, 8, 128), (90, 2, 2, 128)), _cu(), _cu(), 60, 50, return_lse=True), (100, 8, 128), (8, 100)),
+    # Head dims that no kernel has (a wider one serves them), and v narrower than q.
+    "flash_attn_func(D=72)": (lambda: flash4.flash_attn_func(
+        *fake_inputs((2, 48, 8, 72), (2, 40, 2, 72), (2, 40, 2, 72)), return_lse=True), (2, 48, 8, 72), (2, 8, 48)),
+    "flash_attn_func(D=192, Dv=128)": (lambda: flash4.flash_attn_func(
+        *fake_inputs((2, 48, 8, 192), (2, 40, 2, 192), (2, 40, 2, 128)), return_lse=True), (2, 48, 8, 128), (2, 8, 48)),
+    "flash_attn_qkvpacked_func(D=40)": (
+        lambda: flash4.flash_attn_qkvpacked_func(*fake_inputs((2, 48, 3, 8, 40)), return_lse=True),
+        (2, 48, 8, 40), (2, 8, 48)),
+    "flash_attn_varlen_kvpacked_func(D=160)": (lambda: flash4.flash_attn_varlen_kvpacked_func(
+        *fake_inputs((100, 8, 160), (90, 2, 2, 160)), _cu(), _cu(), 60, 50, return_lse=True), (100, 8, 160), (8, 100)),
+    "flash_attn_varlen_func(D=192, Dv=128)": (lambda: flash4.flash_attn_varlen_func(
+        *fake_inputs((100, 8, 192), (90, 2, 192), (90, 2, 128)), _cu(), _cu(), 60, 50, return_lse=True),
+        (100, 8, 128), (8, 100)),
 }
 
 

@@ -38,7 +38,7 @@ class Flash4Local:
             if t.dtype not in ops.DTYPES:
                 raise TypeError(f"{name} has dtype {t.dtype}; flash4 supports torch.bfloat16 and torch.float16")
         if q.shape[-1] not in ops.HEAD_DIMS:
-            raise ValueError(f"q has head_dim {q.shape[-1]}; flash4 supports {', '.join(map(str, ops.HEAD_DIMS))}")
+            raise ValueError(f"q has head_dim {q.shape[-1]}; flash4 supports multiples of 8 from 8 to 256")
 
     def forward(self, q, k, v, causal, softmax_scale, softcap):
         return torch.ops.flash4.fwd(q, k, v, *self._options(causal, softmax_scale, softcap))

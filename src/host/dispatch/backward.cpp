@@ -9,6 +9,7 @@
 #include "host/bwd_planner.hpp"
 #include "host/device_info.hpp"
 #include "host/dispatch/registry.hpp"
+#include "host/kernel_choice.hpp"
 #include "host/forward.hpp"
 #include "host/tma_descriptor.hpp"
 #include "host/workspace_check.hpp"
@@ -20,24 +21,34 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
 
+// The head dim of the backward kernel that serves these params; 0 when this build has none.
+int kernel_head_dim(const flash4_bwd_params& params) {
+  const int head_dim = serving_head_dim(built_backward_kernels(), params.dtype, needed_head_dim(params));
+  return bwd_supports_head_dim(head_dim) ? head_dim : 0;
+}
+
 }  // namespace
 
 std::size_t backward_workspace_bytes(const flash4_bwd_params& params) {
-  if (!bwd_supports_head_dim(params.head_dim)) return 0;  // the launch reports NO_KERNEL
-  return plan_backward(params).workspace.total;
+  const int head_dim = kernel_head_dim(params);
+  if (head_dim == 0) return 0;  // the launch reports NO_KERNEL
+  return plan_backward(params, head_dim).workspace.total;
 }
 
 LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream) {
   LaunchResult result;
-  const KernelKey key{p.dtype, p.head_dim};
-  const BwdLaunchFn launch = bwd_supports_head_dim(p.head_dim) ? find_bwd_kernel(key) : nullptr;
+  const int head_dim_v = value_head_dim(p);
+  const KernelKey key{p.dtype, kernel_head_dim(p)};
+  const BwdLaunchFn launch = key.head_dim != 0 ? find_bwd_kernel(key) : nullptr;
   if (launch == nullptr) {
     result.status = FLASH4_ERROR_NO_KERNEL;
-    result.message = "no backward kernel for " + key.to_string() + " (built: " + built_bwd_kernels() +
-                     "); rebuild with this dtype and head dim in FLASH4_DTYPES / FLASH4_HEAD_DIMS";
+    result.message = "no backward kernel in this build serves head_dim " + std::to_string(p.head_dim) +
+                     ", head_dim_v " + std::to_string(head_dim_v) + " (" +
+                     KernelKey{p.dtype, needed_head_dim(p)}.to_string() + " or wider; built: " + built_bwd_kernels() +
+                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including one";
     return result;
   }
-  const BwdPlan plan = plan_backward(p);
+  const BwdPlan plan = plan_backward(p, key.head_dim);
   // The bulk copies into and out of the workspace need 16-byte aligned addresses; its arrays sit at
   // 256-byte offsets from the base, so the base must have the workspace alignment.
   result = check_workspace(p.workspace, p.workspace_bytes, plan.workspace.total, "the backward needs",
@@ -57,16 +68,17 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
     CUtensorMap* map;
     const void* base;
     const flash4_strides* strides;
+    int head_dim;  // the true one: the loads zero-fill the kernel's columns past it (host/kernel_choice.hpp)
     int rows;
     int heads;
     int box_rows;
     const char* name;
-  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m, "q"},
-              {&kp.tma_do, p.dout, &p.dout_strides, rows_q, p.heads_q, plan.tile.block_m, "dout"},
-              {&kp.tma_k, p.k, &p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, "k"},
-              {&kp.tma_v, p.v, &p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
+  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, p.head_dim, rows_q, p.heads_q, plan.tile.block_m, "q"},
+              {&kp.tma_do, p.dout, &p.dout_strides, head_dim_v, rows_q, p.heads_q, plan.tile.block_m, "dout"},
+              {&kp.tma_k, p.k, &p.k_strides, p.head_dim, rows_k, p.heads_kv, plan.tile.block_n, "k"},
+              {&kp.tma_v, p.v, &p.v_strides, head_dim_v, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
   for (const auto& m : maps) {
-    const OperandShape shape{is_bf16, m.base, m.strides->batch, m.strides->seq, m.strides->head, p.head_dim, m.rows,
+    const OperandShape shape{is_bf16, m.base, m.strides->batch, m.strides->seq, m.strides->head, m.head_dim, m.rows,
                              m.heads, p.batch, varlen};
     std::string error;
     if (!encode_tma_view(make_operand_view(shape, m.box_rows, plan.tile.box_cols(), plan.tile.swizzle_bytes), m.map,
@@ -99,7 +111,9 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.seqlen_k = p.seqlen_k;
   kp.heads_q = p.heads_q;
   kp.heads_kv = p.heads_kv;
-  kp.head_dim = p.head_dim;
+  kp.head_dim = key.head_dim;
+  kp.cols = p.head_dim;
+  kp.cols_v = head_dim_v;
   kp.total_q = p.total_q;
   kp.max_seqlen_q = varlen ? p.max_seqlen_q : p.seqlen_q;
   kp.m_blocks_max = plan.m_blocks_max;

@@ -5,23 +5,35 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "host/device_info.hpp"
 #include "host/dispatch/registry.hpp"
+#include "host/kernel_choice.hpp"
 #include "host/planner.hpp"
 #include "host/tma_descriptor.hpp"
 #include "host/workspace_check.hpp"
+#include "kernels/common/paged_kv.hpp"
 
 namespace flash4::host {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Q/O use (B, Sq, Hq, D); K/V (B, Sk, Hkv, D).
-TmaView make_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int rows, int heads,
-                  int box_rows, const FwdTileConfig& tile) {
-  const OperandShape shape{p.dtype == FLASH4_DTYPE_BF16, base, strides.batch, strides.seq, strides.head, p.head_dim,
+// Q uses (B, Sq, Hq, D), O (B, Sq, Hq, Dv); K (B, Sk, Hkv, D), V (B, Sk, Hkv, Dv): the true head dims, so that
+// loads zero-fill the kernel's columns past them and the O store stops at Dv (host/kernel_choice.hpp).
+TmaView make_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int head_dim, int rows,
+                  int heads, int box_rows, const FwdTileConfig& tile) {
+  const OperandShape shape{p.dtype == FLASH4_DTYPE_BF16, base, strides.batch, strides.seq, strides.head, head_dim,
                            rows, heads, p.batch, p.cu_seqlens_q != nullptr};
+  return make_operand_view(shape, box_rows, tile.box_cols(), tile.swizzle_bytes);
+}
+
+// A paged cache's K or V: (num_pages, page_size, Hkv, D or Dv).
+TmaView make_paged_view(const flash4_fwd_params& p, const void* base, const flash4_strides& strides, int head_dim,
+                        int box_rows, const FwdTileConfig& tile) {
+  const OperandShape shape{p.dtype == FLASH4_DTYPE_BF16, base, strides.batch, strides.seq, strides.head, head_dim,
+                           p.page_size, p.heads_kv, p.num_pages, false};
   return make_operand_view(shape, box_rows, tile.box_cols(), tile.swizzle_bytes);
 }
 
@@ -33,12 +45,15 @@ std::size_t forward_workspace_bytes(const flash4_fwd_params& params) {
 
 LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) {
   LaunchResult result;
-  const KernelKey key{p.dtype, p.head_dim};
-  const FwdLaunchFn launch = find_fwd_kernel(key);
+  const int head_dim_v = value_head_dim(p);
+  const KernelKey key{p.dtype, serving_head_dim(built_forward_kernels(), p.dtype, needed_head_dim(p))};
+  const FwdLaunchFn launch = key.head_dim != 0 ? find_fwd_kernel(key) : nullptr;
   if (launch == nullptr) {
     result.status = FLASH4_ERROR_NO_KERNEL;
-    result.message = "no forward kernel for " + key.to_string() + " in this build (built: " + built_fwd_kernels() +
-                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including it";
+    result.message = "no forward kernel in this build serves head_dim " + std::to_string(p.head_dim) +
+                     ", head_dim_v " + std::to_string(head_dim_v) + " (" +
+                     KernelKey{p.dtype, needed_head_dim(p)}.to_string() + " or wider; built: " + built_fwd_kernels() +
+                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including one";
     return result;
   }
   result = check_workspace(p.workspace, p.workspace_bytes, forward_workspace_bytes(p),
@@ -49,37 +64,53 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   result.status = current_device_info(device, result.message);
   if (result.status != FLASH4_SUCCESS) return result;
 
-  const FwdPlan plan = plan_forward(p, device);
+  const FwdPlan plan = plan_forward(p, device, key.head_dim);
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool paged = p.block_table != nullptr;
   const int rows_q = varlen ? p.total_q : p.seqlen_q;
   const int rows_k = varlen ? p.total_k : p.seqlen_k;
+  const int page_box_rows = paged ? flash4::page_box_rows(p.page_size, plan.tile.block_n) : 0;
 
   FwdKernelParams kp{};
   const struct {
     CUtensorMap* map;
-    const void* base;
-    const flash4_strides* strides;
-    int rows;
-    int heads;
-    int box_rows;
+    TmaView view;
     const char* name;
-  } maps[] = {{&kp.tma_q, p.q, &p.q_strides, rows_q, p.heads_q, plan.tile.block_m(), "q"},
-              {&kp.tma_k, p.k, &p.k_strides, rows_k, p.heads_kv, plan.tile.block_n, "k"},
-              {&kp.tma_v, p.v, &p.v_strides, rows_k, p.heads_kv, plan.tile.block_n, "v"}};
+  } maps[] = {
+      {&kp.tma_q, make_view(p, p.q, p.q_strides, p.head_dim, rows_q, p.heads_q, plan.tile.block_m(), plan.tile), "q"},
+      {&kp.tma_k,
+       paged ? make_paged_view(p, p.k, p.k_strides, p.head_dim, page_box_rows, plan.tile)
+             : make_view(p, p.k, p.k_strides, p.head_dim, rows_k, p.heads_kv, plan.tile.block_n, plan.tile),
+       "k"},
+      {&kp.tma_v,
+       paged ? make_paged_view(p, p.v, p.v_strides, head_dim_v, page_box_rows, plan.tile)
+             : make_view(p, p.v, p.v_strides, head_dim_v, rows_k, p.heads_kv, plan.tile.block_n, plan.tile),
+       "v"}};
   for (const auto& m : maps) {
     std::string error;
-    if (!encode_tma_view(make_view(p, m.base, *m.strides, m.rows, m.heads, m.box_rows, plan.tile), m.map, error)) {
+    if (!encode_tma_view(m.view, m.map, error)) {
       result.status = FLASH4_ERROR_CUDA;
       result.message = std::string("TMA descriptor for ") + m.name + ": " + error;
       return result;
     }
   }
+  if (paged) {
+    // Valid params are canonical: max_seqlen_k is at most total_k, so this is ceil(Lk / page_size) of rule 6.
+    const int longest_k = varlen ? p.max_seqlen_k : p.seqlen_k;
+    kp.block_table = p.block_table;
+    kp.block_table_stride = p.block_table_stride;
+    kp.page_size = p.page_size;
+    kp.num_pages = p.num_pages;
+    kp.pages_per_sequence = (longest_k + p.page_size - 1) / p.page_size;
+    kp.page_box_rows = page_box_rows;
+  }
   // A TMA store clips at the tensor's end, not at a sequence's used rows: seqused_q needs the predicated stores.
   kp.store_o_with_tma = !varlen && p.seqused_q == nullptr && plan.tile.stages_output();
   if (kp.store_o_with_tma) {
     std::string error;  // each consumer warpgroup stores its own rows
-    if (!encode_tma_view(make_view(p, p.o, p.o_strides, rows_q, p.heads_q, kRowsPerConsumerWarpgroup, plan.tile), &kp.tma_o,
-                         error)) {
+    const TmaView o_view =
+        make_view(p, p.o, p.o_strides, head_dim_v, rows_q, p.heads_q, kRowsPerConsumerWarpgroup, plan.tile);
+    if (!encode_tma_view(o_view, &kp.tma_o, error)) {
       result.status = FLASH4_ERROR_CUDA;
       result.message = "TMA descriptor for o: " + error;
       return result;
@@ -89,6 +120,7 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.o_stride_batch = p.o_strides.batch;
   kp.o_stride_seq = p.o_strides.seq;
   kp.o_stride_head = p.o_strides.head;
+  kp.o_cols = head_dim_v;
   kp.lse = p.lse;
   kp.batch = p.batch;
   kp.seqlen_q = p.seqlen_q;

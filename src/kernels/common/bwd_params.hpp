@@ -55,7 +55,9 @@ struct BwdKernelParams {
   int seqlen_k;
   int heads_q;
   int heads_kv;
-  int head_dim;
+  int head_dim;  // the kernel's (its tiles and the dQ accumulator's rows)
+  int cols;      // head_dim of q, k, dq, dk: the columns written to dq and dk (<= head_dim)
+  int cols_v;    // head_dim_v of v, o, dout, dv: the columns read from o and dout, written to dv (<= head_dim)
   int total_q;
   int max_seqlen_q;  // fixed length: seqlen_q (sizes the pre/postprocess grids)
   int m_blocks_max;  // ceil(max_seqlen_q / block_m): semaphores per (head, sequence)

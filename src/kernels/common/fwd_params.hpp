@@ -26,6 +26,7 @@ struct FwdKernelParams {
   int64_t o_stride_batch;  // elements; ignored in varlen mode
   int64_t o_stride_seq;
   int64_t o_stride_head;
+  int o_cols;  // head_dim_v: the columns of O written (the kernel's head dim may be wider)
   float* lse;  // optional: (batch, heads_q, seqlen_q) or (heads_q, total_q) in varlen mode
 
   int batch;
@@ -52,6 +53,16 @@ struct FwdKernelParams {
   // from this counter, which the host zeroes before the launch. Null: each CTA strides through the order
   // by gridDim.x (tiles of equal cost, where a static walk is as balanced and needs no counter).
   int* tile_counter;
+
+  // Paged K/V (null block_table: not paged). tma_k / tma_v then map the cache as (head_dim, page_size,
+  // heads_kv, num_pages) with boxes of page_box_rows rows (paged_kv.hpp), and key t of sequence b is row
+  // t % page_size of page block_table[b * block_table_stride + t / page_size].
+  const int* block_table;
+  int64_t block_table_stride;
+  int page_size;
+  int num_pages;
+  int pages_per_sequence;  // the entries of a table row the validator covered: no read goes past them
+  int page_box_rows;
 };
 
 }  // namespace flash4

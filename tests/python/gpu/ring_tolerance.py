@@ -1,11 +1,12 @@
 """The tolerance rule for merged and ring results, shared by test_ring_one_gpu.py (pytest, one GPU) and
-dist_ring_check.py (torchrun, 2+ GPUs). Plain torch and flash4.distributed only: no pytest, no CUDA needed.
+dist_ring_check.py (torchrun, 2+ GPUs). Plain torch (and naive_backward.py): no pytest, no CUDA needed.
 
 Rule (docs/design.md, as tests/python/gpu/test_gpu_ops.py): the max error against an fp32 reference must be
 at most 2 x the max error of the naive bf16 implementation (fp32 scores of the bf16 inputs, P rounded to
 bf16, fp32 accumulate, output rounded) + a small floor. For a merged or ring result the naive implementation
 is the same split computation with the naive kernel in flash4's place (NaiveLocal: each block's out and
-gradients rounded to bf16, as flash4 returns them, then merged / accumulated in fp32 by the same code), and
+gradients rounded to bf16, as flash4 returns them, then merged / accumulated in fp32 by the same code; its
+backward is naive_backward.py's, P and dS rounded and delta from the given rounded out, as a kernel's), and
 the budget takes the larger of its error and the one-piece naive error: summing W bf16-rounded partial
 gradients costs up to ~W/2 ulp more than one rounded result, which the one-piece rule does not allow for.
 A result computed in one piece (single-call flash4) keeps the one-piece budget.
@@ -16,7 +17,7 @@ from collections import namedtuple
 
 import torch
 
-from flash4.distributed import ReferenceLocal
+from naive_backward import naive_backward
 
 FLOOR, LSE_FLOOR = 1e-4, 1e-3  # as tests/python/gpu/test_gpu_ops.py (see the reasons there)
 
@@ -62,8 +63,22 @@ class NaiveLocal:
         return naive_forward(q, k, v, causal)
 
     def backward(self, dout, q, k, v, out, lse, causal, softmax_scale, softcap):
-        grads = ReferenceLocal(torch.float32).backward(dout, q, k, v, out, lse, causal, softmax_scale, softcap)
-        return tuple(g.to(q.dtype) for g in grads)
+        return naive_backward(dout, q, k, v, out, lse, keep_mask(q.shape[1], k.shape[1], causal, q.device),
+                              softmax_scale, softcap)
+
+
+def keep_mask(seqlen_q, seqlen_k, causal, device):
+    """(Sq, Sk) bool: which keys each query sees (causal bottom-right aligned, as flash4's)."""
+    if not causal:
+        return torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    row = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
+    return torch.arange(seqlen_k, device=device)[None, :] <= row
+
+
+def naive_gradients(dout, q, k, v, causal):
+    """(dq, dk, dv) of the naive bf16 computation in one piece (from its own rounded out)."""
+    out, lse = naive_forward(q, k, v, causal)
+    return NaiveLocal().backward(dout, q, k, v, out, lse, causal, q.shape[-1] ** -0.5, 0.0)
 
 
 Budgets = namedtuple("Budgets", "naive_error split_error one_piece split")

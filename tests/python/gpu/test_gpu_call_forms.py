@@ -170,6 +170,24 @@ def test_causal_with_a_window_is_local_causal_attention():
     assert_within_rule("out", out, ref_out, naive_out)
 
 
+def test_flash_attention_2_positional_order_and_flash_attention_3_keywords():
+    # FA2: (q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+    # return_attn_probs); causal keeps the window's left edge and sets the right one to 0. FA3's keywords at
+    # their neutral values change nothing.
+    q, k, v = randn(2, 150, 4, 128), randn(2, 170, 2, 128), randn(2, 170, 2, 128)
+    positional = run(flash4.flash_attn_func, q, k, v, 0.0, 0.2, True, (32, 7), 5.0, None, True, False)
+    keywords = run(flash4.flash_attn_func, q, k, v, softmax_scale=0.2, causal=True, window_size=(32, 0), softcap=5.0,
+                   deterministic=True)
+    fa3 = run(flash4.flash_attn_func, q, k, v, softmax_scale=0.2, causal=True, qv=None, q_descale=None,
+              k_descale=None, v_descale=None, window_size=(32, -1), attention_chunk=0, softcap=5.0, num_splits=1,
+              pack_gqa=None, deterministic=True, sm_margin=0, return_attn_probs=False)
+    assert torch.equal(positional, keywords) and torch.equal(fa3, keywords)
+    keep = keep_mask(150, 170, causal=False, window=(32, 0))
+    ref_out, _ = attention(q, k, v, 0.2, keep, softcap=5.0)
+    naive_out, _ = attention(q, k, v, 0.2, keep, softcap=5.0, precise=False)
+    assert_within_rule("out", positional, ref_out, naive_out)
+
+
 # ---------------------------------------------------------------- empty problems
 
 
@@ -201,7 +219,7 @@ def test_varlen_with_empty_sequences(needs_backward, lengths_q, lengths_k):
                    return_lse=True)
     dout = torch.randn_like(out)
     poison_free_memory()
-    grads = torch.autograd.grad(out, (q, k, v), dout) if out.numel() else (None,) * 3
+    grads = torch.autograd.grad(out, (q, k, v), dout)
     ref_inputs = [t.detach().float().requires_grad_() for t in (q, k, v)]
     ref_out, ref_lse = varlen_attention(*ref_inputs, cu_q, cu_k, True)
     naive_inputs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -212,7 +230,9 @@ def test_varlen_with_empty_sequences(needs_backward, lengths_q, lengths_k):
         if length_k == 0:  # FlashAttention: O = 0 and LSE = -inf for rows that see no key
             rows = slice(sum(lengths_q[:b]), sum(lengths_q[:b + 1]))
             assert torch.equal(out[rows], torch.zeros_like(out[rows])) and torch.isneginf(lse[:, rows]).all()
-    if not out.numel():
+    if not out.numel():  # no query rows: nothing flows back to k and v
+        for name, grad, like in (("dk", grads[1], k), ("dv", grads[2], v)):
+            assert grad.shape == like.shape and torch.equal(grad, torch.zeros_like(grad)), name
         return
     ref_grads = torch.autograd.grad(ref_out, ref_inputs, dout.float(), allow_unused=True)
     naive_grads = torch.autograd.grad(naive_out, naive_inputs, dout, allow_unused=True)

@@ -135,8 +135,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
                                                   const Gradient& dv) const {
     static_assert(kCfg.ds_buffers() == kCfg.stages, "the dS^T buffer the next step writes is free");
     char* staging = smem + cfg().ds_offset(ring.stage % kCfg.ds_buffers()) + warpgroup * kKeys * kCfg.swizzle_bytes;
-    Ops::store_key_rows_staged(p.dk, p.dk_strides, p, work, warpgroup * kKeys, dk, p.softmax_scale, staging);
-    Ops::store_key_rows_staged(p.dv, p.dv_strides, p, work, warpgroup * kKeys, dv, 1.0f, staging);
+    Ops::store_key_rows_staged(p.dk, p.dk_strides, p.cols, p, work, warpgroup * kKeys, dk, p.softmax_scale, staging);
+    Ops::store_key_rows_staged(p.dv, p.dv_strides, p.cols_v, p, work, warpgroup * kKeys, dv, 1.0f, staging);
   }
 
   // After the last tile: the writers hand the staging buffer back after every step, so the consumers take

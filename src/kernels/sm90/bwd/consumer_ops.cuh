@@ -245,7 +245,9 @@ struct BwdConsumerOps {
   // direct stores write 16 bytes of each of 8 rows and take four times as many instructions (on short
   // sequences, where a tile has few steps, those stores and the loads queued behind them were a large
   // share of the consumers' stalls).
-  __device__ __forceinline__ static void store_key_rows_staged(void* base, const TensorStrides& strides,
+  // Only the tensor's first `cols` columns (its true head dim, a multiple of 8: whole 16-byte units) are
+  // written; a wider kernel's columns past them stay in registers.
+  __device__ __forceinline__ static void store_key_rows_staged(void* base, const TensorStrides& strides, int cols,
                                                                const BwdKernelParams& p, const BwdTileWork& work,
                                                                int key_row0, const Gradient& acc, float scale,
                                                                char* staging) {
@@ -286,7 +288,7 @@ struct BwdConsumerOps {
         const int row = round * (32 / kUnitsPerRow) + lane / kUnitsPerRow;
         const int unit = lane % kUnitsPerRow;
         const int key = first_key + row;
-        if (unit < blocks && key < work.seqlen_k) {
+        if (unit < blocks && key < work.seqlen_k && (first_block + unit) * 8 < cols) {
           const uint4 value = load_shared_u128(warp_rows + row * kRowBytes + (unit ^ (row % 8)) * 16);
           Element* out = head + (int64_t(work.k_row_base) + key) * strides.seq + (first_block + unit) * 8;
           *reinterpret_cast<uint4*>(out) = value;
@@ -297,8 +299,9 @@ struct BwdConsumerOps {
   }
 
   // One 64 x head_dim accumulator (dK or dV) times `scale` into the rows of the keys from key_row0 of the
-  // CTA's block; rows past the sequence are not written.
-  __device__ __forceinline__ static void store_key_rows(void* base, const TensorStrides& strides, const BwdKernelParams& p,
+  // CTA's block; rows past the sequence and columns past `cols` (as above) are not written.
+  __device__ __forceinline__ static void store_key_rows(void* base, const TensorStrides& strides, int cols,
+                                                        const BwdKernelParams& p,
                                                         const BwdTileWork& work, int key_row0, const Gradient& acc,
                                                         float scale) {
 #pragma unroll
@@ -311,6 +314,7 @@ struct BwdConsumerOps {
 #pragma unroll
       for (int k = 0; k < kHeadDim / 8; ++k) {
         const int col = 8 * k + 2 * (lane() % 4);
+        if (col >= cols) break;
         *reinterpret_cast<uint32_t*>(row + col) = scaled_pair(acc, 4 * k + 2 * i, scale);
       }
     }

@@ -257,8 +257,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
       // the next tile's while this one's dK or dV is written.
       mbarrier_arrive(&bars->kv_empty);
     }
-    if (warpgroup == kProbabilitiesRole) Ops::store_key_rows(p.dv, p.dv_strides, p, work, 0, acc, 1.0f);
-    else Ops::store_key_rows(p.dk, p.dk_strides, p, work, 0, acc, p.softmax_scale);
+    if (warpgroup == kProbabilitiesRole) Ops::store_key_rows(p.dv, p.dv_strides, p.cols_v, p, work, 0, acc, 1.0f);
+    else Ops::store_key_rows(p.dk, p.dk_strides, p.cols, p, work, 0, acc, p.softmax_scale);
   }
 };
 

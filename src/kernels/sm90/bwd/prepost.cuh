@@ -8,10 +8,11 @@
 //    deterministic mode), converted to the input dtype. The accumulator keeps each query block's floats
 //    in the main kernel's staging order (BwdTileConfig::dq_staging_index), so the zeroing of a block's
 //    rows covers exactly its region whatever the order inside.
-// Both only move memory. A warp takes kRowsPerWarp rows, each lane head_dim / 32 consecutive elements of
-// every one, and issues all of its rows' loads before using any: one row at a time (two bf16 per lane at
-// D = 64) kept too few bytes in flight, and the preprocess at D = 64, 512 tokens took a quarter as long
-// as the main kernel.
+// Both touch only the true columns of o, dout (p.cols_v) and dq (p.cols), which a wider kernel may serve: the
+// columns past them read as 0 and are never written. Both only move memory. A warp takes kRowsPerWarp rows,
+// each lane head_dim / 32 consecutive elements of every one, and issues all of its rows' loads before using
+// any: one row at a time (two bf16 per lane at D = 64) kept too few bytes in flight, and the preprocess at D =
+// 64, 512 tokens took a quarter as long as the main kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -44,28 +45,35 @@ struct LaneRun {
 // A lane's run of N elements, moved with the widest accesses its alignment allows. The units go through
 // memcpy into and out of the element array: a first version wrote the elements through a struct-of-char
 // lvalue, which breaks C++'s aliasing rules, and its postprocess produced a wrong dQ on the GPU.
+// `count` limits an access to the run's first count elements (count <= 0: none), where a row's true head
+// dim ends inside or before the run: the units past it are not read (they load as 0) or written. Head dims
+// are multiples of 8 elements and a run starts at a multiple of its unit, which divides 8 elements, so a
+// unit lies wholly on one side of the end.
 template <class T, int N>
 struct LaneValues {
   using Run = LaneRun<N * int(sizeof(T))>;
   T values[N];
 
   static constexpr int kUnitElements = Run::kUnitBytes / int(sizeof(T));
+  static_assert(8 % kUnitElements == 0, "a unit never straddles the end of a head dim");
 
-  __device__ __forceinline__ void load(const T* src) {
-    load_units([&](int element) { return src + element; });
+  __device__ __forceinline__ void load(const T* src, int count = N) {
+    load_units([&](int element) { return src + element; }, count);
   }
   // As load, from a run stored in pieces: the unit starting at the run's element e is at address(e).
   template <class Address>
-  __device__ __forceinline__ void load_units(const Address& address) {
+  __device__ __forceinline__ void load_units(const Address& address, int count = N) {
 #pragma unroll
     for (int u = 0; u < Run::kUnits; ++u) {
-      const typename Run::Unit unit = *reinterpret_cast<const typename Run::Unit*>(address(u * kUnitElements));
+      typename Run::Unit unit{};
+      if (u * kUnitElements < count) unit = *reinterpret_cast<const typename Run::Unit*>(address(u * kUnitElements));
       memcpy(reinterpret_cast<char*>(values) + u * Run::kUnitBytes, &unit, Run::kUnitBytes);
     }
   }
-  __device__ __forceinline__ void store(T* dst) const {
+  __device__ __forceinline__ void store(T* dst, int count = N) const {
 #pragma unroll
     for (int u = 0; u < Run::kUnits; ++u) {
+      if (u * kUnitElements >= count) break;
       typename Run::Unit unit;
       memcpy(&unit, reinterpret_cast<const char*>(values) + u * Run::kUnitBytes, Run::kUnitBytes);
       reinterpret_cast<typename Run::Unit*>(dst)[u] = unit;
@@ -110,9 +118,12 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(co
     const int row = row0 + r;
     if (row >= seq.seqlen_q) continue;
     const int64_t seq_row = int64_t(seq.q_row_base) + row;
-    o[r].load(static_cast<const Element*>(p.o) + tensor_offset(p, p.o_strides, batch, seq_row, head) + lane * kPerLane);
+    const int count = p.cols_v - lane * kPerLane;  // of this lane's run inside the rows of o and dout
+    o[r].load(static_cast<const Element*>(p.o) + tensor_offset(p, p.o_strides, batch, seq_row, head) + lane * kPerLane,
+              count);
     dout[r].load(static_cast<const Element*>(p.dout) + tensor_offset(p, p.dout_strides, batch, seq_row, head) +
-                 lane * kPerLane);
+                     lane * kPerLane,
+                 count);
     const int64_t lse_index = p.cu_seqlens_q ? int64_t(head) * p.total_q + seq_row
                                              : (int64_t(batch) * p.heads_q + head) * p.seqlen_q + row;
     lse[r] = p.lse[lse_index];
@@ -194,7 +205,8 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(c
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) dq.values[e] = Element(sum[r].values[e] * p.softmax_scale);
     dq.store(static_cast<Element*>(p.dq) + tensor_offset(p, p.dq_strides, batch, int64_t(seq.q_row_base) + row, head) +
-             lane * kPerLane);
+                 lane * kPerLane,
+             p.cols - lane * kPerLane);
   }
 }
 

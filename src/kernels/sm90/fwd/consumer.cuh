@@ -69,8 +69,8 @@ struct FwdConsumer {
   __device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], int stage) const {
     const char* q = smem + Layout::kQOffset + warpgroup * kRowsPerConsumerWarpgroup * kSwizzle;
     const char* k = smem + Layout::kKOffset + stage * kCfg.kv_stage_bytes();
-    const uint64_t q_desc = make_smem_descriptor(q, 16, kCoreGroupBytes, kSwizzleMode);
-    const uint64_t k_desc = make_smem_descriptor(k, 16, kCoreGroupBytes, kSwizzleMode);
+    const uint64_t q_desc = warp_uniform(make_smem_descriptor(q, 16, kCoreGroupBytes, kSwizzleMode));
+    const uint64_t k_desc = warp_uniform(make_smem_descriptor(k, 16, kCoreGroupBytes, kSwizzleMode));
 #pragma unroll
     for (int step = 0; step < kHeadDim / 16; ++step) {
       const int box = step / kStepsPerBox;
@@ -83,7 +83,7 @@ struct FwdConsumer {
   // Issues O += P V for the V tile in `stage`; V is read transposed (its rows are the K dimension).
   __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2], const uint32_t (&p)[kBlockN / 16][4], int stage) const {
     const char* v = smem + Layout::kVOffset + stage * kCfg.kv_stage_bytes();
-    const uint64_t v_desc = make_smem_descriptor(v, kBlockN * kSwizzle, kCoreGroupBytes, kSwizzleMode);
+    const uint64_t v_desc = warp_uniform(make_smem_descriptor(v, kBlockN * kSwizzle, kCoreGroupBytes, kSwizzleMode));
 #pragma unroll
     for (int step = 0; step < kBlockN / 16; ++step) {
       MmaO::template run<true>(o, p[step], advance_descriptor(v_desc, step * 16 * kSwizzle), 1);
@@ -144,7 +144,7 @@ struct FwdConsumer {
     pin_registers(s);
     release(&bars->k_empty[ring.stage]);
     score(s, p, work, block);
-    softmax.step(s, p.scale_log2, factor);
+    softmax.fold_sum(softmax.step(s, p.scale_log2), factor);
     convert_p(s, pfrag);
     RingPosition<kCfg.stages> previous = ring;
     ring.advance();
@@ -163,7 +163,12 @@ struct FwdConsumer {
       pin_registers(s);
       release(&bars->k_empty[ring.stage]);
       score(s, p, work, block);
-      const bool rescale = softmax.step(s, p.scale_log2, factor);
+      const bool rescale = softmax.step(s, p.scale_log2);
+      // ptxas places the wait for the PV product at the top of its basic block. The exponentials must come
+      // first, to run under that product: pinning S keeps the compiler from sinking them to their use in
+      // convert_p, and fold_sum's branch ends the block that holds them.
+      pin_registers(s);
+      softmax.fold_sum(rescale, factor);
       wgmma_wait<0>();
       pin_registers(o);
       pin_registers(pfrag);

@@ -2,7 +2,9 @@
 // shared memory (head dim <= 128), O goes through it: out with a TMA store for fixed-length problems
 // (the store clips rows past the end of the sequence), with coalesced 16-byte row-predicated stores in
 // varlen mode. Otherwise, and for the LSE, straight from registers. Tile rows past the end of the
-// sequence (and, in varlen mode, rows of the next sequence) are never touched.
+// sequence (and, in varlen mode, rows of the next sequence) are never touched, nor columns past O's true
+// head dim (p.o_cols, which a wider kernel serves: the TMA store clips at the map's extent, the other stores
+// test the column; o_cols is a multiple of 8, so a 16-byte chunk or a pair lies wholly on one side).
 #pragma once
 
 #include <cstdint>
@@ -86,7 +88,7 @@ struct FwdEpilogue {
     for (int index = thread_in_group; index < kRows * kChunksPerRow; index += kWarpgroupThreads) {
       const int row = index / kChunksPerRow;
       const int col = index % kChunksPerRow * 8;
-      if (tile_row0 + row >= work.seqlen_q) continue;
+      if (tile_row0 + row >= work.seqlen_q || col >= p.o_cols) continue;
       const uint4 chunk = *reinterpret_cast<const uint4*>(staging + staged_offset(row, col));
       *reinterpret_cast<uint4*>(out + (int64_t(work.q_row_base) + tile_row0 + row) * p.o_stride_seq + col) = chunk;
     }
@@ -142,8 +144,10 @@ struct FwdEpilogue {
                      seq_row * p.o_stride_seq + int64_t(work.head) * p.o_stride_head;
 #pragma unroll
       for (int k = 0; k < kHeadDim / 8; ++k) {
+        const int col = 8 * k + 2 * (lane % 4);
+        if (col >= p.o_cols) break;
         const uint32_t packed = pack_pair<kIsBf16>(o[4 * k + 2 * i] * inv_sum[i], o[4 * k + 2 * i + 1] * inv_sum[i]);
-        *reinterpret_cast<uint32_t*>(out + 8 * k + 2 * (lane % 4)) = packed;
+        *reinterpret_cast<uint32_t*>(out + col) = packed;
       }
     }
   }

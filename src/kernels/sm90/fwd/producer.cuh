@@ -2,7 +2,8 @@
 // it to the consumers through the tile slots (pipeline.cuh), and streams its operands through the shared-memory
 // ring with TMA: K of the tile's first key block, then Q once the consumers are done with the previous
 // tile's Q, then the key blocks last to first with each block's V one block behind its K, the order in
-// which the consumers use them (S of block j + 1 is issued with the PV product of block j).
+// which the consumers use them (S of block j + 1 is issued with the PV product of block j). With a paged
+// cache each K / V block is assembled from boxes of the pages the block table names.
 #pragma once
 
 #include "kernels/common/fwd_params.hpp"
@@ -33,13 +34,44 @@ struct FwdProducer {
     }
   }
 
-  // K or V of key block `block` into the stage at `at`, once the consumers have released that stage.
+  // Key block `block` of a paged cache: boxes of page_box_rows rows, each from the page that holds it (a box
+  // never straddles a page). A box past the sequence's end, or on a page the table gives outside
+  // [0, num_pages), is addressed at page num_pages: outside the map, so TMA fills it with zeros, still
+  // counting its bytes, and nothing outside the cache is read. Table entries past the sequence's pages are
+  // never read, nor past pages_per_sequence whatever the device-side lengths say.
+  __device__ __forceinline__ void load_paged_boxes(char* dst, const CUtensorMap* map, uint64_t* barrier,
+                                                   const TileWork& work, int block) const {
+    const int* table = p.block_table + work.batch * p.block_table_stride;
+    const int box_rows = p.page_box_rows;
+    int key = block * kCfg.block_n;
+    for (int row = 0; row < kCfg.block_n; row += box_rows, key += box_rows) {
+      const int slot = key / p.page_size;
+      int page = p.num_pages;
+      if (key < work.seqlen_k && slot < p.pages_per_sequence) {
+        const int entry = table[slot];
+        if (static_cast<unsigned>(entry) < static_cast<unsigned>(p.num_pages)) page = entry;
+      }
+#pragma unroll
+      for (int box = 0; box < kCfg.col_blocks(); ++box) {
+        tma_load_4d(dst + (box * kCfg.block_n + row) * kCfg.swizzle_bytes, map, barrier, box * kCfg.box_cols(),
+                    key - slot * p.page_size, work.head_kv, page);
+      }
+    }
+  }
+
+  // K or V of key block `block` into the stage at `at`, once the consumers have released that stage. The
+  // stage receives kv_stage_bytes either way: whole-block boxes, or the paged boxes that tile the block.
   __device__ __forceinline__ void load_kv(const CUtensorMap* map, int offset, uint64_t* full, uint64_t* empty,
                                           RingPosition<kCfg.stages> at, const TileWork& work, int block) {
     mbarrier_wait(&empty[at.stage], at.phase ^ 1);
     mbarrier_arrive_expect_bytes(&full[at.stage], kCfg.kv_stage_bytes());
-    load_boxes(smem + offset + at.stage * kCfg.kv_stage_bytes(), map, &full[at.stage], kCfg.block_n,
-               work.k_row_base + block * kCfg.block_n, work.head_kv, work.tma_batch);
+    char* dst = smem + offset + at.stage * kCfg.kv_stage_bytes();
+    if (p.block_table != nullptr) {
+      load_paged_boxes(dst, map, &full[at.stage], work, block);
+    } else {
+      load_boxes(dst, map, &full[at.stage], kCfg.block_n, work.k_row_base + block * kCfg.block_n, work.head_kv,
+                 work.tma_batch);
+    }
   }
 
   __device__ __forceinline__ void load_tile(const TileWork& work) {

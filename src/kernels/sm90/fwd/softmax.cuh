@@ -35,6 +35,8 @@ struct RowSoftmax {
 
   float max_log2[2];  // running (possibly stale) max in log2 units; the exponent offset
   float sum[2];       // this thread's partial row sums (reduced over the quad at the end)
+  float previous_max[2];  // max_log2 before the latest step
+  float tile_sum[2];      // the latest step's partial row sums, not yet in `sum`
 
   __device__ __forceinline__ void reset() {
 #pragma unroll
@@ -74,9 +76,9 @@ struct RowSoftmax {
     }
   }
 
-  // Folds one S tile into the row state and turns S into unnormalized probabilities in place.
-  // Returns true when the warp decided to move its maxima; `factor` then holds the multipliers for O.
-  __device__ __forceinline__ bool step(float (&s)[kRegs], float scale_log2, float (&factor)[2]) {
+  // Folds one S tile into the row maxima and turns S into unnormalized probabilities in place. Returns
+  // true when the warp decided to move its maxima; fold_sum then completes the step.
+  __device__ __forceinline__ bool step(float (&s)[kRegs], float scale_log2) {
     float tile_max[2];
     bool wants_rescale = false;
 #pragma unroll
@@ -87,19 +89,12 @@ struct RowSoftmax {
       tile_max[i] = quad_max(m) * scale_log2;
       wants_rescale |= needs_rescale(max_log2[i], tile_max[i], kLazyRescaleThresholdLog2);
     }
-    // Warp-uniform decision: the O multiply below is skipped by the whole warp or done by it.
+    // Warp-uniform decision: the O multiply is skipped by the whole warp or done by it.
     const bool rescale = __any_sync(0xffffffffu, wants_rescale);
-    if (rescale) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float new_max = fmaxf(max_log2[i], tile_max[i]);
-        factor[i] = max_log2[i] == kNegInf ? 1.0f : ex2_approx(max_log2[i] - new_max);
-        max_log2[i] = new_max;
-        sum[i] *= factor[i];
-      }
-    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      previous_max[i] = max_log2[i];
+      max_log2[i] = rescale ? fmaxf(max_log2[i], tile_max[i]) : max_log2[i];
       const float offset = exponent_offset(max_log2[i]);
       float row_sum = 0.0f;
 #pragma unroll
@@ -114,9 +109,26 @@ struct RowSoftmax {
           row_sum += p;
         }
       }
-      sum[i] += row_sum;
+      tile_sum[i] = row_sum;
     }
     return rescale;
+  }
+
+  // Completes a step: when it moved the maxima, `factor` gets the multipliers that move O (and the running
+  // sum) from the old maxima to the new; then the tile's sum joins the running sum. The branch on
+  // `rescale` also ends a basic block, which the consumer relies on (see FwdConsumer::attend).
+  __device__ __forceinline__ void fold_sum(bool rescale, float (&factor)[2]) {
+    // Both arms read the tile's sum, so the branch cannot be hoisted above the exponentials.
+    if (rescale) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        factor[i] = previous_max[i] == kNegInf ? 1.0f : ex2_approx(previous_max[i] - max_log2[i]);
+        sum[i] = sum[i] * factor[i] + tile_sum[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) sum[i] += tile_sum[i];
+    }
   }
 
   // Final per-row normalizer of O (0 for an empty row) and the natural-log LSE (-inf for an empty row).

@@ -28,9 +28,19 @@ __device__ __forceinline__ uint64_t make_smem_descriptor(const void* smem, uint3
          (uint64_t(swizzle) << 62);
 }
 
-// Moves a descriptor's start address by `bytes` (a multiple of 16).
+// The same descriptor in every lane, said so to the compiler: a value broadcast from lane 0 is known to be
+// warp-uniform, so the descriptor and the offsets added to it stay in uniform registers, which is where
+// wgmma reads it from, instead of being copied there for every wgmma.
+__device__ __forceinline__ uint64_t warp_uniform(uint64_t descriptor) {
+  return __shfl_sync(0xffffffffu, descriptor, 0);
+}
+
+// Moves a descriptor's start address by `bytes` (a multiple of 16). Only the low word changes: the start
+// address field (bits 0-13) holds a shared-memory address / 16, below 2^14 for every address of the 228 KiB
+// of shared memory, so no carry can leave it. A 64-bit add would cost a carry chain per wgmma in the loop.
 __device__ __forceinline__ uint64_t advance_descriptor(uint64_t descriptor, uint32_t bytes) {
-  return descriptor + uint64_t(bytes >> 4);
+  const uint32_t low = uint32_t(descriptor) + (bytes >> 4);
+  return (descriptor & 0xFFFFFFFF00000000ull) | low;
 }
 
 // Orders register writes by ordinary instructions before the wgmma that reads/accumulates them.
