@@ -13,12 +13,14 @@
  *    are (total_q, Hq, D or Dv) and the key-shaped ones (total_k, Hkv, D or Dv); the batch strides are
  *    ignored; sequence b spans rows [cu_seqlens_q[b], cu_seqlens_q[b+1]).
  *  - lse: fp32, natural log, one value per (batch, head, query row), laid out (B, Hq, Sq) contiguous, or
- *    (Hq, total_q) for varlen. A fully masked row gets O = 0 and LSE = -inf.
+ *    (Hq, total_q) for varlen. A fully masked row gets O = 0 and LSE = -inf (LSE = the sink's logit with
+ *    learnable sinks, below).
  *  - Empty problems: seqlen_q / seqlen_k (total_q / total_k for varlen) may be 0; batch and heads may not.
  *    Such a call is validated like any other. An empty key set masks every query row, so flash4_fwd writes
- *    O = 0 and LSE = -inf for all of them; flash4_bwd writes dq = 0 when there are no keys and dk = dv = 0
- *    when there are no queries. These fills are asynchronous on the stream and need no workspace; a call
- *    with nothing to write (no query rows in the forward, neither rows in the backward) launches nothing.
+ *    O = 0 and LSE = -inf (the head's sink logit with sinks) for all of them; flash4_bwd writes dq = 0 when
+ *    there are no keys and dk = dv = 0 when there are no queries, and dsink = 0 in both cases. These fills
+ *    are asynchronous on the stream and need no workspace; a call with nothing to write (no query rows in
+ *    the forward, neither rows and no dsink in the backward) launches nothing.
  *  - Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq).
  *    A sliding window (left, right) keeps j in [i + Sk - Sq - left, i + Sk - Sq + right]; -1 means unbounded.
  *    causal = 1 is FlashAttention's "right window 0": it sets the right edge to 0 whatever window_right is
@@ -29,6 +31,25 @@
  *    Its loads read exactly D (q, k) or Dv (v, o, dout) columns and fill the rest of the kernel's width
  *    with zeros, which changes no score and no output column; nothing is written past column D of dq, dk
  *    or past column Dv of o, dv (the padding of a row stride is left alone), and no padded copy is made.
+ *  - Learnable sinks (sink != NULL; FlashAttention-4's learnable_sink, as gpt-oss uses them): sink[h] is one
+ *    fp32 logit per query head that joins every row's softmax as one more column without a value. It is
+ *    in natural-log units and NOT multiplied by softmax_scale (nor capped), as in FlashAttention-4:
+ *      O_i = sum_j exp(s_ij - m) v_j / (sum_j exp(s_ij - m) + exp(sink[h] - m)),
+ *      LSE_i = log(sum_j exp(s_ij) + exp(sink[h])).
+ *    A row that sees no key gets O = 0 and LSE = sink[h]. The backward takes that LSE, gives dq, dk, dv by
+ *    the usual formulas, and writes dsink[h] = -sum over the rows i of head h of exp(sink[h] - LSE_i) *
+ *    rowsum(dout_i * o_i): one fp32 per head, reduced in a fixed order (bit-identical across runs in both
+ *    modes). The values are read on the device: +inf or NaN logits give undefined results.
+ *  - seqused_q / seqused_k (FlashAttention 3's; either or both, fixed length or varlen): sequence b uses
+ *    only the first seqused_q[b] query rows and seqused_k[b] key rows of its span (seqlen_q / seqlen_k, or
+ *    its cu_seqlens range); the masks align to the used lengths (causal: query i sees key j iff
+ *    j <= i + seqused_k[b] - seqused_q[b]). The values live on the device, so the library cannot check
+ *    them: one outside [0, span] gives undefined results, as a bad cu_seqlens does.
+ *    Unused rows are left untouched, as FlashAttention 3 leaves them: no o or lse is written for unused
+ *    query rows, no dq for them and no dk / dv for unused key rows (an empty problem's fills, which the
+ *    host writes without reading seqused, are the exception: they cover every row). Unused rows of q, k, v
+ *    and dout are still read by the tile loads, so they must hold finite values (their values do not
+ *    change the results).
  *
  * Validation rules, checked in this order; a call that breaks several gets the status of the first. Every
  * message starts with the name of the argument it is about. "Rows" are batch * seqlen (fixed length) or
@@ -46,7 +67,7 @@
  *      accepted (e.g. 192 with 128).
  *   4. cu_seqlens_q and cu_seqlens_k are both NULL or both set (INVALID_VARLEN, naming the NULL one). Varlen:
  *      max_seqlen_q, max_seqlen_k >= 1 and total_q, total_k >= 0 (INVALID_VARLEN); both cu_seqlens 4-byte
- *      aligned (MISALIGNED).
+ *      aligned (MISALIGNED). seqused_q, seqused_k (either mode) 4-byte aligned when set (MISALIGNED).
  *   5. batch, heads_q, heads_kv >= 1; fixed length: seqlen_q, seqlen_k >= 0 (INVALID_SIZE); heads_q is a
  *      multiple of heads_kv (HEAD_RATIO).
  *   6. Varlen: total_q <= batch * max_seqlen_q and total_k <= batch * max_seqlen_k (INVALID_VARLEN).
@@ -59,7 +80,8 @@
  *   8. causal is 0 or 1; window_left, window_right >= -1 (INVALID_MASK).
  *   9. For q, k, v, o (backward: then dout, dq, dk, dv): non-NULL (NULL_POINTER), 16-byte aligned
  *      (MISALIGNED). lse: the backward's must be non-NULL when there are query rows (NULL_POINTER); 4-byte
- *      aligned when set (MISALIGNED).
+ *      aligned when set (MISALIGNED). Backward: dsink non-NULL when sink is set (NULL_POINTER) and NULL when
+ *      it is not (INVALID_ARGUMENT). sink, dsink: 4-byte aligned when set (MISALIGNED).
  *  10. For each of those tensors, its batch (fixed length, and paged k / v), seq and head strides: > 0
  *      (INVALID_ARGUMENT), < 2^39 elements (SIZE_OVERFLOW: TMA strides stay below 2^40 bytes), a multiple of
  *      8 elements = 16 bytes (MISALIGNED).
@@ -69,19 +91,22 @@
  *         ((batch-1) * stride.batch + (seq-1) * stride.seq + (heads-1) * stride.head + its D or Dv) * 2 - 1
  *         < 2^63 (paged k / v: (num_pages-1) * stride.batch + (page_size-1) * stride.seq + ...), and the
  *         pointer plus that offset does not pass the end of the address space; likewise for lse
- *         (rows_q * heads_q floats), varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each) and, paged,
- *         block_table ((batch-1) * block_table_stride + ceil(Lk / page_size) int32, when that is > 0);
+ *         (rows_q * heads_q floats), sink and dsink (heads_q floats each), seqused_q / seqused_k (batch int32
+ *         each), varlen, cu_seqlens_q / cu_seqlens_k (batch + 1 int32 each) and, paged, block_table
+ *         ((batch-1) * block_table_stride + ceil(Lk / page_size) int32, when that is > 0);
  *      c. batch * heads_q * ceil(Lq / 64) and batch * heads_kv * ceil(Lk / 64) <= FLASH4_MAX_BLOCKS = 2^30,
  *         where Lq, Lk are seqlen_q, seqlen_k (fixed length) or min(max_seqlen, total) (varlen): blocks of
  *         64 rows over every (sequence, head), the count the kernels' tile indices are bounded by.
- *  12. Memory (INVALID_ARGUMENT), for each output in the order o, lse (forward) or dq, dk, dv (backward):
+ *  12. Memory (INVALID_ARGUMENT), for each output in the order o, lse (forward) or dq, dk, dv, dsink
+ *      (backward):
  *      a. an output tensor does not overlap itself: sort its dimensions of extent > 1 (batch when fixed
  *         length, seq, head, and the contiguous D or Dv) by stride; each stride must exceed the largest
  *         offset the dimensions before it reach, the sum of (extent - 1) * stride over them;
  *      b. its byte span [first byte, last byte] does not intersect the span of any input (q, k, v; backward
  *         also o, dout, lse; varlen also the batch + 1 entries of cu_seqlens_q and cu_seqlens_k; paged also
- *         block_table, as in 11b), nor that of an output before it. Inputs may share memory with each other
- *         (views of one packed qkv tensor). lse spans rows_q * heads_q floats.
+ *         block_table, as in 11b; when set, sink and seqused_q / seqused_k), nor that of an output before it.
+ *         Inputs may share memory with each other (views of one packed qkv tensor). lse spans
+ *         rows_q * heads_q floats, dsink heads_q floats.
  * The workspace is checked by flash4_bwd itself (size, alignment), after these rules.
  *
  * How valid params are read: head_dim_v = 0 reads as head_dim; causal = 1 sets window_right = 0; varlen
@@ -204,6 +229,12 @@ typedef struct flash4_fwd_params {
   int64_t block_table_stride; /* elements between the rows of consecutive sequences */
   int32_t page_size;
   int32_t num_pages;
+
+  /* Fields appended after the first layout: a caller of an older layout (smaller struct_size) reads as
+   * NULL here. */
+  const float* sink;          /* optional device array of heads_q fp32 logits: learnable attention sinks */
+  const int32_t* seqused_q;   /* optional device array of batch int32: query rows each sequence uses */
+  const int32_t* seqused_k;   /* optional device array of batch int32: key rows each sequence uses */
 } flash4_fwd_params;
 
 typedef struct flash4_bwd_params {
@@ -245,6 +276,12 @@ typedef struct flash4_bwd_params {
   void* workspace;
   size_t workspace_bytes;
   int32_t head_dim_v; /* 0: equal to head_dim */
+
+  /* Appended after the first layout (NULL for a caller of the older one). */
+  const float* sink;          /* as in the forward, which must have had the same sinks */
+  float* dsink;               /* heads_q fp32: d(loss)/d(sink); required when sink is set */
+  const int32_t* seqused_q;
+  const int32_t* seqused_k;
 } flash4_bwd_params;
 
 /* Library version as major * 10000 + minor * 100 + patch, and as text. */

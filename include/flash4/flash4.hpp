@@ -105,6 +105,11 @@ struct AttnOptions {
   int window_right = -1;                              // -1: unbounded
   float softcap = 0;                                  // 0: off
   bool deterministic = false;                         // backward only: bit-identical gradients across runs
+  // Device memory (flash4.h describes both): heads_q fp32 learnable sink logits (the backward then needs
+  // BackwardTensors::dsink), and batch int32 counts of the rows each sequence uses (fixed length or varlen).
+  const float* sink = nullptr;
+  const std::int32_t* seqused_q = nullptr;
+  const std::int32_t* seqused_k = nullptr;
 };
 
 // Variable-length batches: q/o (and the gradients) are packed views (1, total, heads, head_dim) and
@@ -205,6 +210,7 @@ struct BackwardTensors {
   TensorView q, k, v, o, dout;
   const float* lse = nullptr;
   TensorView dq, dk, dv;
+  float* dsink = nullptr;  // heads_q fp32: the sinks' gradient, required with AttnOptions::sink
 };
 
 namespace detail {
@@ -324,6 +330,9 @@ void fill_problem(Params& p, const TensorView& q, const TensorView& k, const Ten
   p.window_left = options.window_left;
   p.window_right = options.window_right;
   p.softcap = options.softcap;
+  p.sink = options.sink;
+  p.seqused_q = options.seqused_q;
+  p.seqused_k = options.seqused_k;
   if (varlen == nullptr) {
     p.batch = static_cast<std::int32_t>(q.shape[0]);
     p.seqlen_q = static_cast<std::int32_t>(q.shape[1]);
@@ -399,6 +408,7 @@ inline Result<flash4_bwd_params> make_bwd_params(const BackwardTensors& t, const
   p.dq = t.dq.data;
   p.dk = t.dk.data;
   p.dv = t.dv.data;
+  p.dsink = t.dsink;
   p.q_strides = detail::strides_of(t.q);
   p.k_strides = detail::strides_of(t.k);
   p.v_strides = detail::strides_of(t.v);
@@ -437,7 +447,7 @@ inline Status forward(const TensorView& q, const TensorView& k, const TensorView
                      flash4_fwd_workspace_size, flash4_fwd);
 }
 
-// Enqueues the backward on `stream` (asynchronous); dq, dk and dv are written.
+// Enqueues the backward on `stream` (asynchronous); dq, dk and dv (and dsink with sinks) are written.
 inline Status backward(const BackwardTensors& tensors, const AttnOptions& options, flash4_stream_t stream,
                        Workspace& workspace, const VarlenArgs* varlen = nullptr) {
   return detail::run(make_bwd_params(tensors, options, varlen), stream, workspace, flash4_bwd_workspace_size,

@@ -116,6 +116,7 @@ class FwdParams(ctypes.Structure):
             ("page_size", ctypes.c_int32),
             ("num_pages", ctypes.c_int32),
         ]
+        + [("sink", ctypes.c_void_p), ("seqused_q", ctypes.c_void_p), ("seqused_k", ctypes.c_void_p)]
     )
 
 
@@ -141,6 +142,8 @@ class BwdParams(ctypes.Structure):
         + [("deterministic", ctypes.c_int32)]
         + _VARLEN_AND_WORKSPACE_FIELDS
         + _APPENDED_FIELDS
+        + [("sink", ctypes.c_void_p), ("dsink", ctypes.c_void_p), ("seqused_q", ctypes.c_void_p),
+           ("seqused_k", ctypes.c_void_p)]
     )
 
 

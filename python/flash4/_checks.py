@@ -277,3 +277,46 @@ def check_dropout(dropout_p):
             f"positional order is q, k, v, dropout_p, softmax_scale, causal; pass FlashAttention-3's softmax_scale "
             f"by keyword)"
         )
+
+
+SINK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # FlashAttention-4's; the kernels read float32
+
+
+def check_sink(sink, q, need_cuda=True):
+    """learnable_sink: None, or one logit per query head, FlashAttention-4's shape (Hq,), on q's device."""
+    if sink is None:
+        return
+    check_tensor_type("learnable_sink", sink)
+    if sink.dtype not in SINK_DTYPES:
+        raise TypeError(f"learnable_sink has dtype {sink.dtype}; it must be torch.float32, bfloat16 or float16")
+    heads_q = q.shape[-2]
+    if tuple(sink.shape) != (heads_q,):
+        raise ValueError(f"learnable_sink has shape {tuple(sink.shape)}; it must be (heads_q,) = ({heads_q},)")
+    if sink.get_device() != q.get_device() or need_cuda and not sink.is_cuda:
+        raise ValueError(f"learnable_sink is on {sink.device} but q is on {q.device}")
+
+
+def check_seqused(name, t, q, batch, need_cuda=True):
+    """seqused_q / seqused_k: None, or int32 (batch,) on q's device, the rows each sequence uses."""
+    if t is None:
+        return
+    check_tensor_type(name, t)
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {t.dtype}")
+    if t.dim() != 1 or t.shape[0] != batch:
+        raise ValueError(f"{name} must be 1-D with one entry per sequence ({batch}), got shape {tuple(t.shape)}")
+    if t.get_device() != q.get_device() or need_cuda and not t.is_cuda:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
+
+
+def check_dsink(dsink, sink32):
+    """The backward ops' dsink: given exactly with a sink, float32 and shaped like it, contiguous."""
+    if (dsink is None) != (sink32 is None):
+        raise ValueError("dsink must be given exactly when sink is (the backward writes the sinks' gradient there)")
+    if dsink is not None:
+        check_tensor_type("dsink", dsink)
+        if dsink.dtype != torch.float32 or dsink.shape != sink32.shape or dsink.stride(0) != 1:
+            raise ValueError(f"dsink must be a contiguous float32 tensor of shape {tuple(sink32.shape)}, got "
+                             f"{dsink.dtype} {tuple(dsink.shape)}")

@@ -32,31 +32,44 @@ def eager_call(*tensors):
 
 
 class Call:
-    """What one attention call computes, besides its differentiable tensors: options, varlen metadata, and how
-    the differentiable inputs (q, k, v; or a packed qkv; or q and a packed kv) split into q, k and v. Under
-    autograd, _Attention.forward leaves the lse it computed in `lse`."""
+    """What one attention call computes, besides its differentiable tensors: options, varlen metadata, the
+    rows each sequence uses (seqused_q, seqused_k or None), and how the differentiable inputs (q, k, v; or a
+    packed qkv; or q and a packed kv) split into q, k and v. Under autograd, _Attention.forward leaves the lse
+    it computed in `lse`."""
 
-    __slots__ = ("options", "varlen", "split", "lse")
+    __slots__ = ("options", "varlen", "split", "seqused", "lse")
 
-    def __init__(self, options, varlen, split):
-        self.options, self.varlen, self.split = options, varlen, split
+    def __init__(self, options, varlen, split, seqused=(None, None)):
+        self.options, self.varlen, self.split, self.seqused = options, varlen, split, seqused
+        self.lse = None
+
+    def extras(self, sink32):
+        return _launch.Extras(sink32, *self.seqused)
 
 
-def attention(call, *inputs):
-    """(out, lse) of `call` on its differentiable inputs, through autograd when one of them needs a gradient."""
+def attention(call, *inputs, sink=None):
+    """(out, lse) of `call` on its differentiable inputs and learnable sink logits (a (Hq,) tensor or None),
+    through autograd when one of them needs a gradient."""
     if torch.is_grad_enabled():
-        for t in inputs:
-            if t.requires_grad:
-                return _Attention.apply(call, *inputs), call.lse
-    return _launch.forward(*call.split(*inputs), call.options, call.varlen)
+        for t in (*inputs, sink):
+            if t is not None and t.requires_grad:
+                return _Attention.apply(call, sink, *inputs), call.lse
+    return _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(_sink32(sink)))
+
+
+def _sink32(sink):
+    """The sink logits as the kernels read them: float32, contiguous (FlashAttention-4 also takes bf16/fp16)."""
+    return None if sink is None else sink.detach().to(torch.float32).contiguous()
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, call, *inputs):
-        out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen)
-        ctx.save_for_backward(*inputs, out, lse)
+    def forward(ctx, call, sink, *inputs):
+        sink32 = _sink32(sink)
+        out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(sink32))
+        ctx.save_for_backward(*inputs, out, lse, sink32)
         ctx.call = call
+        ctx.sink_dtype = None if sink is None else sink.dtype
         # lse is an auxiliary result, as in FlashAttention: it takes no gradient, so it leaves through `call`
         # rather than as a second output, which autograd would wrap (and materialize a gradient for) on
         # every call.
@@ -65,18 +78,22 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        *inputs, out, lse = ctx.saved_tensors
+        *inputs, out, lse, sink32 = ctx.saved_tensors
         call = ctx.call
+        extras = call.extras(sink32)
+        dsink = None if sink32 is None else torch.empty_like(sink32)
+        separate = _launch.backward(dout, *call.split(*inputs), out, lse, call.options, call.varlen, None, extras,
+                                    dsink)
+        dsink = None if dsink is None else dsink.to(ctx.sink_dtype)
         if call.split is unpacked:
-            return (None, *_launch.backward(dout, *inputs, out, lse, call.options, call.varlen))
+            return (None, dsink, *separate)
         # A packed input's gradient is one packed tensor. The kernels write dq, dk and dv apart and they are
         # copied into it: written in place through the split, they would interleave in one buffer, which the
         # C ABI rejects as overlapping outputs (its rule is a sufficient test of overlap, not an exact one).
         grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
-        separate = _launch.backward(dout, *call.split(*inputs), out, lse, call.options, call.varlen)
         for view, grad in zip(call.split(*grads), separate):
             view.copy_(grad)
-        return (None, *grads)
+        return (None, dsink, *grads)
 
 
 def unpacked(q, k, v):

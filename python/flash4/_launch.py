@@ -13,7 +13,7 @@ on the same stream meanwhile, can be carved from it before the kernels have read
 
 import ctypes
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -50,6 +50,22 @@ class Varlen(NamedTuple):
     cu_seqlens_k: Tensor
     max_seqlen_q: int
     max_seqlen_k: int
+
+
+class Extras(NamedTuple):
+    """FlashAttention-3/-4's optional tensors: learnable sink logits (float32, (Hq,), contiguous, as the kernels
+    read them) and the rows each sequence uses (int32, (batch,)). None: not given."""
+
+    sink: Optional[Tensor] = None
+    seqused_q: Optional[Tensor] = None
+    seqused_k: Optional[Tensor] = None
+
+
+NO_EXTRAS = Extras()
+
+
+def _pointer(t):
+    return 0 if t is None else t.data_ptr()
 
 
 def tma_ready(t):
@@ -117,19 +133,25 @@ class _Templates:
     _CU_SEQLENS = struct.Struct("=2Q")
     _POINTER = struct.Struct("=Q")
 
-    def __init__(self, struct_type, first_pointer, last_pointer):
+    def __init__(self, struct_type, first_pointer, last_pointer, first_extra, last_extra):
         self._type = struct_type
-        self._pointers_at = getattr(struct_type, first_pointer).offset
-        count = (getattr(struct_type, last_pointer).offset - self._pointers_at) // ctypes.sizeof(ctypes.c_void_p) + 1
-        self._pointers = struct.Struct(f"={count}Q")
+        self._pointers_at, self._pointers = self._run(struct_type, first_pointer, last_pointer)
+        self._extras_at, self._extras = self._run(struct_type, first_extra, last_extra)
         self._cu_seqlens_at = struct_type.cu_seqlens_q.offset
         self._block_table_at = getattr(struct_type, "block_table", None) and struct_type.block_table.offset
         self._by_key = {}
 
-    def params(self, key, pack, pointers, varlen, block_table=None):
+    @staticmethod
+    def _run(struct_type, first, last):
+        """(offset, packer) of the run of pointer fields first .. last."""
+        at = getattr(struct_type, first).offset
+        count = (getattr(struct_type, last).offset - at) // ctypes.sizeof(ctypes.c_void_p) + 1
+        return at, struct.Struct(f"={count}Q")
+
+    def params(self, key, pack, pointers, extra_pointers, varlen, block_table=None):
         """A struct for `key`: pack() (which fills every field) the first time, then the remembered bytes with
-        `pointers` (the run of pointer fields first_pointer .. last_pointer), varlen's cu_seqlens and the
-        block_table written."""
+        `pointers` (the run of pointer fields first_pointer .. last_pointer), `extra_pointers` (the run
+        first_extra .. last_extra: sinks and seqused), varlen's cu_seqlens and the block_table written."""
         template = self._by_key.get(key)
         if template is None:
             params = pack()
@@ -139,6 +161,7 @@ class _Templates:
             return params
         params = self._type.from_buffer_copy(template)
         self._pointers.pack_into(params, self._pointers_at, *pointers)
+        self._extras.pack_into(params, self._extras_at, *extra_pointers)
         if varlen is not None:
             self._CU_SEQLENS.pack_into(params, self._cu_seqlens_at, varlen[0].data_ptr(), varlen[1].data_ptr())
         if block_table is not None:
@@ -146,8 +169,8 @@ class _Templates:
         return params
 
 
-_FWD_TEMPLATES = _Templates(_abi.FwdParams, "q", "lse")
-_BWD_TEMPLATES = _Templates(_abi.BwdParams, "q", "dv")
+_FWD_TEMPLATES = _Templates(_abi.FwdParams, "q", "lse", "sink", "seqused_k")
+_BWD_TEMPLATES = _Templates(_abi.BwdParams, "q", "dv", "sink", "seqused_k")
 
 
 def _key(q, k, v, strides, options, varlen, block_table=None):
@@ -158,12 +181,13 @@ def _key(q, k, v, strides, options, varlen, block_table=None):
     return q.shape, k.shape, v.shape[-1], q.dtype, strides, options, varlen_sizes, paged
 
 
-def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_table=None):
+def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_table=None, extras=NO_EXTRAS):
     """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
     tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them.
     block_table (varlen only): k and v are the pages (num_pages, page_size, Hkv, D / Dv) of a paged cache."""
     strides = strides or tuple(_strides(t) for t in (q, k, v, out))
     pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    extra_pointers = tuple(_pointer(t) for t in extras)  # sink, seqused_q, seqused_k
 
     def pack():
         problem, varlen_fields = _problem(q, k, options, varlen)
@@ -175,27 +199,31 @@ def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_tabl
             varlen_fields = varlen_fields[:5] + (batch * max_seqlen_k,)
             paged_fields = (block_table.data_ptr(), block_table.stride(0), k.shape[1], k.shape[0])
         return _abi.FWD_PACKER.pack(_FWD_SIZE, _dtype_code(q), *pointers, *q_strides, *k_strides, *v_strides,
-                                    *out_strides, *problem, *varlen_fields, 0, 0, v.shape[-1], *paged_fields)
+                                    *out_strides, *problem, *varlen_fields, 0, 0, v.shape[-1], *paged_fields,
+                                    *extra_pointers)
 
     key = _key(q, k, v, strides, options, varlen, block_table)
-    return _FWD_TEMPLATES.params(key, pack, pointers, varlen, block_table)
+    return _FWD_TEMPLATES.params(key, pack, pointers, extra_pointers, varlen, block_table)
 
 
-def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, strides=None):
+def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, strides=None, extras=NO_EXTRAS, dsink=None):
     """flash4_bwd_params for these tensors, which the caller keeps alive until the call. strides: the
-    flash4_strides of q, k, v, out, dout, dq, dk, dv when the caller has them."""
+    flash4_strides of q, k, v, out, dout, dq, dk, dv when the caller has them. dsink: float32 (Hq,), required
+    with extras.sink."""
     strides = strides or tuple(_strides(t) for t in (q, k, v, out, dout, dq, dk, dv))
     pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(), lse.data_ptr(),
                 dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    sink, seqused_q, seqused_k = extras
+    extra_pointers = (_pointer(sink), _pointer(dsink), _pointer(seqused_q), _pointer(seqused_k))
 
     def pack():
         problem, varlen_fields = _problem(q, k, options, varlen)
         q_s, k_s, v_s, out_s, dout_s, dq_s, dk_s, dv_s = strides
         return _abi.BWD_PACKER.pack(_BWD_SIZE, _dtype_code(q), *pointers, *q_s, *k_s, *v_s, *out_s, *dout_s, *dq_s,
                                     *dk_s, *dv_s, *problem, int(options.deterministic), *varlen_fields, 0, 0,
-                                    v.shape[-1])
+                                    v.shape[-1], *extra_pointers)
 
-    return _BWD_TEMPLATES.params(_key(q, k, v, strides, options, varlen), pack, pointers, varlen)
+    return _BWD_TEMPLATES.params(_key(q, k, v, strides, options, varlen), pack, pointers, extra_pointers, varlen)
 
 
 def _packed_strides(shape):
@@ -230,10 +258,10 @@ def empty_grads(q, k, v):
             torch.empty_like(v, memory_format=_PACKED))
 
 
-def forward(q, k, v, options, varlen=None, block_table=None):
+def forward(q, k, v, options, varlen=None, block_table=None, extras=NO_EXTRAS):
     """(out (q's shape with v's head dim), lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd; with block_table
     (varlen), k and v are the pages of a paged cache, read in place (a copy of a whole cache would cost more
-    than the call)."""
+    than the call). Rows past seqused_q are left as torch.empty allocated them, as in FlashAttention 3."""
     q, q_strides = tma_ready(q)
     if block_table is None:
         (k, k_strides), (v, v_strides) = tma_ready(k), tma_ready(v)
@@ -241,23 +269,27 @@ def forward(q, k, v, options, varlen=None, block_table=None):
         k_strides, v_strides = _strides(k), _strides(v)
     out, lse = empty_outputs(q, v)
     strides = (q_strides, k_strides, v_strides, _packed_strides(out.shape))
-    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, block_table), q.device)
+    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, block_table, extras), q.device)
     return out, lse
 
 
-def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None):
-    """(dq, dk, dv) of flash4_bwd, written into `grads` (tensors TMA can address) when given, else new ones."""
+def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None, extras=NO_EXTRAS, dsink=None):
+    """(dq, dk, dv) of flash4_bwd, written into `grads` (tensors TMA can address) when given, else new ones;
+    with extras.sink, the sinks' gradient goes into `dsink` (float32 (Hq,)). New gradients of rows past
+    seqused are zeros (the kernels leave those rows alone; autograd must not see torch.empty's leftovers)."""
     (dout, dout_s), (q, q_s), (k, k_s), (v, v_s), (out, out_s) = (
         tma_ready(dout), tma_ready(q), tma_ready(k), tma_ready(v), tma_ready(out))
     lse = lse.contiguous()  # held here until the launch: see the module's docstring
     if grads is None:
-        dq, dk, dv = empty_grads(q, k, v)
+        unused_rows = extras.seqused_q is not None or extras.seqused_k is not None
+        dq, dk, dv = (torch.zeros_like(t, memory_format=torch.contiguous_format) for t in (q, k, v)) if unused_rows \
+            else empty_grads(q, k, v)
         grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
     else:
         dq, dk, dv = grads
         grad_strides = (_strides(dq), _strides(dk), _strides(dv))
     strides = (q_s, k_s, v_s, out_s, dout_s, *grad_strides)
-    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides), q.device)
+    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides, extras, dsink), q.device)
     return dq, dk, dv
 
 

@@ -14,7 +14,7 @@ Masking follows FlashAttention: causal is aligned to the bottom right when seqle
 window_size = (left, right) keeps key j for query i iff i + Sk - Sq - left <= j <= i + Sk - Sq + right,
 -1 (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local causal
 attention). A query row that sees no key (a fully masked row, or a sequence without keys) gets out = 0 and
-lse = -inf, and passes no gradient.
+lse = -inf (its sink with learnable_sink), and passes no gradient to q, k and v.
 """
 
 import torch
@@ -31,14 +31,14 @@ _NEUTRAL = {
     "num_splits": (1, 0),  # FA3: split-KV count (1: none, 0: the library's choice)
     "pack_gqa": (None,),  # FA3: the library's choice of GQA packing
     "sm_margin": (0,),  # FA3: SMs left free for other work
-    "learnable_sink": (None,),  # FA4: attention sinks
+    "learnable_sink": (None,),  # FA4: attention sinks (taken by flash_attn_func and flash_attn_varlen_func)
 }
 _VARLEN_NEUTRAL = _NEUTRAL | {"seqused_q": (None,), "seqused_k": (None,)}  # FA3: used rows per sequence
 
 
 def flash_attn_func(
     q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-    deterministic=False, return_attn_probs=False, *, return_lse=False, **flash_attn_3_kwargs,
+    deterministic=False, return_attn_probs=False, *, return_lse=False, learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Exact attention over q (B, Sq, Hq, D), k (B, Sk, Hkv, D) and v (B, Sk, Hkv, Dv).
 
@@ -47,23 +47,27 @@ def flash_attn_func(
     (GQA/MQA), Sq and Sk >= 0 (a sequence without keys gives out = 0, lse = -inf). softmax_scale defaults to
     1/sqrt(D); softcap > 0 replaces each score s by
     softcap * tanh(s / softcap); deterministic=True asks the backward for bit-identical gradients across runs.
+    learnable_sink (FlashAttention-4's): None, or one logit per query head, shape (Hq,), float32 (or bf16 /
+    fp16), joining every row's softmax as a column without a value; it is not multiplied by softmax_scale, a
+    row without keys then gets out = 0 and lse = its sink, and it receives a gradient when it requires one.
     dropout_p must be 0, alibi_slopes None, return_attn_probs False; FlashAttention-3/-4 keywords (qv,
-    q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin, learnable_sink) only
-    at their neutral values. causal, deterministic and the return flags must be bools.
+    q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin) only at their neutral
+    values. causal, deterministic and the return flags must be bools.
 
     Returns out (B, Sq, Hq, Dv), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
     the natural-log sum of exp of each query row's scores. lse carries no gradient.
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _NEUTRAL)
     _checks.check_qkv(q, k, v, varlen=False)
+    _checks.check_sink(learnable_sink, q)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((q, k, v), _eager.unpacked, options, None, return_lse)
+    return run((q, k, v), _eager.unpacked, options, None, return_lse, learnable_sink)
 
 
 def flash_attn_varlen_func(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False,
     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-    block_table=None, *, return_lse=False, **flash_attn_3_kwargs,
+    block_table=None, *, return_lse=False, seqused_q=None, seqused_k=None, learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Exact attention over a batch of sequences of different lengths, packed row after row.
 
@@ -71,7 +75,12 @@ def flash_attn_varlen_func(
     cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q and cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v.
     cu_seqlens_* are int32 CUDA tensors of batch + 1 non-decreasing offsets from 0 to the total; sequences may
     be empty, and so may q or k (total 0). max_seqlen_* (ints) bound every sequence's length. Other arguments
-    as flash_attn_func; FlashAttention-3's seqused_q / seqused_k must be None.
+    as flash_attn_func (learnable_sink included).
+
+    seqused_q / seqused_k (FlashAttention-3's): None, or int32 CUDA tensors of one entry per sequence: sequence
+    b uses only its first seqused[b] rows (in [0, its length]; not checked, device memory); the masks align
+    to the used lengths. Rows of out and lse past seqused_q are left as allocated (torch.empty, as in
+    FlashAttention 3); the gradients of unused rows are 0. Unused rows of q, k, v must hold finite values.
 
     block_table (FlashAttention-2's paged KV cache, for prefill against it): an int32 CUDA tensor
     (batch, max_pages); k and v are then the cache's pages (num_pages, page_size, Hkv, D), page_size a
@@ -80,7 +89,8 @@ def flash_attn_varlen_func(
     raises NotImplementedError (flash4 has no backward through a paged cache), as it does under
     torch.compile, fake tensors and the other modes that need the torch ops. A table entry outside
     [0, num_pages) is never dereferenced: its page reads as zeros (flash4.h). Rows of a sequence's last page
-    past its length are read and masked, so they must hold finite values (a zeroed cache does).
+    past its length are read and masked, so they must hold finite values (a zeroed cache does). With
+    block_table, learnable_sink and seqused_q / seqused_k must be None.
 
     With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
     checked on the host and the call never waits for the stream (their consistency is the caller's promise,
@@ -92,12 +102,18 @@ def flash_attn_varlen_func(
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _VARLEN_NEUTRAL)
     if block_table is not None:
+        for name, value in (("learnable_sink", learnable_sink), ("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+            if value is not None:
+                raise NotImplementedError(f"{name} with block_table (a paged KV cache) is not supported; pass None")
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                              window_size, softcap, deterministic, block_table, return_lse)
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.check_sink(learnable_sink, q)
+    for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+        _checks.check_seqused(name, used, q, cu_seqlens_q.shape[0] - 1)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((q, k, v), _eager.unpacked, options, varlen, return_lse)
+    return run((q, k, v), _eager.unpacked, options, varlen, return_lse, learnable_sink, (seqused_q, seqused_k))
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
@@ -160,18 +176,20 @@ def _paged_bounds(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     return bound_q, bound_k
 
 
-def run(inputs, split, options, varlen, return_lse):
+def run(inputs, split, options, varlen, return_lse, sink=None, seqused=(None, None)):
     """out, or (out, lse), of the checked call on `inputs` (differentiable tensors that split(*inputs) turns
-    into q, k, v): eagerly through flash4._eager, or through the torch ops when torch has to see the call."""
+    into q, k, v) and the optional sink logits (differentiable too) and seqused tensors: eagerly through
+    flash4._eager, or through the torch ops when torch has to see the call."""
     if type(return_lse) is not bool:
         _checks.check_flag("return_lse", return_lse)
     tensors = inputs if varlen is None else (*inputs, varlen.cu_seqlens_q, varlen.cu_seqlens_k)
+    tensors += tuple(t for t in (sink, *seqused) if t is not None)
     if _eager.eager_call(*tensors):
-        out, lse = _eager.attention(_eager.Call(options, varlen, split), *inputs)
+        out, lse = _eager.attention(_eager.Call(options, varlen, split, seqused), *inputs, sink=sink)
     elif varlen is None:
-        out, lse = torch.ops.flash4.fwd(*split(*inputs), *options)
+        out, lse = torch.ops.flash4.fwd(*split(*inputs), *options, sink)
     else:
-        out, lse = torch.ops.flash4.varlen_fwd(*split(*inputs), *varlen, *options)
+        out, lse = torch.ops.flash4.varlen_fwd(*split(*inputs), *varlen, *options, sink, *seqused)
     return (out, lse) if return_lse else out
 
 

@@ -9,10 +9,15 @@ The public functions (flash4.interface) reach these ops when torch has to see th
 fake tensors, tensor subclasses, dispatch modes and functorch transforms. Plain eager calls take
 flash4._eager instead, which launches the same C calls without the dispatcher's per-call cost.
 
-The trailing scalar arguments are the same for every op (flash4._launch.Options):
+The scalar arguments that follow the tensors are the same for every op (flash4._launch.Options):
     softmax_scale, causal, window_left, window_right, softcap, deterministic
 (`deterministic` only affects the backward; the forward ops carry it so their autograd formula can pass it on).
+After them come the optional tensors: sink (learnable sink logits, (Hq,), float32/bf16/fp16; its gradient
+flows through the forward ops), for the varlen ops seqused_q and seqused_k, and for the backward ops dsink,
+the float32 (Hq,) tensor they write the sinks' gradient into.
 """
+
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -22,6 +27,13 @@ from ._checks import DTYPES, HEAD_DIMS  # noqa: F401  (what the library accepts,
 from ._launch import Options, Varlen
 
 __all__ = ["DTYPES", "HEAD_DIMS", "Options", "Varlen", "bwd", "fwd", "varlen_bwd", "varlen_fwd"]
+
+
+def _extras(q, sink, seqused_q=None, seqused_k=None, need_cuda=True):
+    """flash4._launch.Extras after checking the sink: as the kernels read it (float32, contiguous)."""
+    _checks.check_sink(sink, q, need_cuda)
+    sink32 = None if sink is None else sink.to(torch.float32).contiguous()
+    return _launch.Extras(sink32, seqused_q, seqused_k)
 
 
 def _check(q, k, v, options, varlen, need_cuda=True):
@@ -59,87 +71,117 @@ def _check_backward(dout, q, v, out, lse):
 def fwd(
     q: Tensor, k: Tensor, v: Tensor,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
+    sink: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     """q (B, Sq, Hq, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) -> out (B, Sq, Hq, Dv), lse (B, Hq, Sq) fp32."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
-    return _launch.forward(q, k, v, options)
+    return _launch.forward(q, k, v, options, extras=_extras(q, sink))
 
 
-@torch.library.custom_op("flash4::bwd", mutates_args=(), device_types="cuda")
+@torch.library.custom_op("flash4::bwd", mutates_args=("dsink",), device_types="cuda")
 def bwd(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
+    sink: Optional[Tensor] = None, dsink: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients (dq, dk, dv) shaped like (q, k, v), from flash4::fwd's out and lse."""
+    """Gradients (dq, dk, dv) shaped like (q, k, v), from flash4::fwd's out and lse; with sink, the sinks'
+    gradient into dsink."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
     _check_backward(dout, q, v, out, lse)
-    return _launch.backward(dout, q, k, v, out, lse, options)
+    extras = _extras(q, sink)
+    _checks.check_dsink(dsink, extras.sink)
+    return _launch.backward(dout, q, k, v, out, lse, options, None, None, extras, dsink)
 
 
 @torch.library.custom_op("flash4::varlen_fwd", mutates_args=(), device_types="cuda")
 def varlen_fwd(
     q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
+    sink: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     """q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv) -> out (total_q, Hq, Dv), lse (Hq, total_q)."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
-    return _launch.forward(q, k, v, options, varlen)
+    extras = _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k)
+    return _launch.forward(q, k, v, options, varlen, extras=extras)
 
 
-@torch.library.custom_op("flash4::varlen_bwd", mutates_args=(), device_types="cuda")
+def _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k, need_cuda=True):
+    batch = cu_seqlens_q.shape[0] - 1
+    for name, t in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+        _checks.check_seqused(name, t, q, batch, need_cuda)
+    return _extras(q, sink, seqused_q, seqused_k, need_cuda)
+
+
+@torch.library.custom_op("flash4::varlen_bwd", mutates_args=("dsink",), device_types="cuda")
 def varlen_bwd(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
+    sink: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
+    dsink: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients (dq, dk, dv) of flash4::varlen_fwd."""
+    """Gradients (dq, dk, dv) of flash4::varlen_fwd; with sink, the sinks' gradient into dsink."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
     _check_backward(dout, q, v, out, lse)
-    return _launch.backward(dout, q, k, v, out, lse, options, varlen)
+    extras = _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k)
+    _checks.check_dsink(dsink, extras.sink)
+    return _launch.backward(dout, q, k, v, out, lse, options, varlen, None, extras, dsink)
 
 
 # The fake kernels check as the real ones do, so that a bad direct call fails the same way under tracing.
 
 
 @fwd.register_fake
-def _(q, k, v, *options):
-    _check(q, k, v, Options(*options), None, need_cuda=False)
+def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic, sink=None):
+    options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    _check(q, k, v, options, None, need_cuda=False)
+    _extras(q, sink, need_cuda=False)
     return _launch.empty_outputs(q, v)
 
 
 @varlen_fwd.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options):
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
+      window_right, softcap, deterministic, sink=None, seqused_q=None, seqused_k=None):
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _check(q, k, v, Options(*options), varlen, need_cuda=False)
+    options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    _check(q, k, v, options, varlen, need_cuda=False)
+    _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k, need_cuda=False)
     return _launch.empty_outputs(q, v)
 
 
 @bwd.register_fake
-def _(dout, q, k, v, out, lse, *options):
-    _check(q, k, v, Options(*options), None, need_cuda=False)
+def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic, sink=None,
+      dsink=None):
+    options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    _check(q, k, v, options, None, need_cuda=False)
     _check_backward(dout, q, v, out, lse)
+    _checks.check_dsink(dsink, _extras(q, sink, need_cuda=False).sink)
     return _launch.empty_grads(q, k, v)
 
 
 @varlen_bwd.register_fake
-def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options):
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+      window_left, window_right, softcap, deterministic, sink=None, seqused_q=None, seqused_k=None, dsink=None):
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _check(q, k, v, Options(*options), varlen, need_cuda=False)
+    options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    _check(q, k, v, options, varlen, need_cuda=False)
     _check_backward(dout, q, v, out, lse)
+    _checks.check_dsink(dsink, _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k, need_cuda=False).sink)
     return _launch.empty_grads(q, k, v)
 
 
-def _register_autograd(forward_op, backward_op, tensor_inputs):
+def _register_autograd(forward_op, backward_op, tensor_inputs, extras):
     """Make `backward_op` the gradient of `forward_op`.
 
-    forward_op's inputs are q, k, v, then tensor_inputs - 3 more tensors (the cu_seqlens), then
-    non-tensor arguments; backward_op takes (dout, q, k, v, out, lse, <those tensors>, <those arguments>).
+    forward_op's inputs are q, k, v, then tensor_inputs - 3 more tensors (the cu_seqlens), then non-tensor
+    arguments, then `extras` optional tensors (sink first); backward_op takes (dout, q, k, v, out, lse, <those
+    tensors>, <those arguments>, <the optional tensors>, dsink).
     """
 
     def setup_context(ctx, inputs, output):
@@ -147,16 +189,21 @@ def _register_autograd(forward_op, backward_op, tensor_inputs):
         # lse is an auxiliary output, as in FlashAttention: the backward kernel takes no gradient for it,
         # so it is marked non-differentiable rather than silently dropping a gradient sent into it.
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(*inputs[:3], out, lse, *inputs[3:tensor_inputs])
-        ctx.arguments = inputs[tensor_inputs:]
+        first_extra = len(inputs) - extras
+        ctx.save_for_backward(*inputs[:3], out, lse, *inputs[3:tensor_inputs], *inputs[first_extra:])
+        ctx.arguments = inputs[tensor_inputs:first_extra]
 
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse, *metadata = ctx.saved_tensors
-        dq, dk, dv = backward_op(dout, q, k, v, out, lse, *metadata, *ctx.arguments)
-        return dq, dk, dv, *[None] * (tensor_inputs - 3 + len(ctx.arguments))
+        q, k, v, out, lse, *saved = ctx.saved_tensors
+        metadata, optional = saved[:tensor_inputs - 3], saved[tensor_inputs - 3:]
+        sink = optional[0]
+        dsink = None if sink is None else torch.empty(sink.shape, dtype=torch.float32, device=sink.device)
+        dq, dk, dv = backward_op(dout, q, k, v, out, lse, *metadata, *ctx.arguments, *optional, dsink)
+        sink_grad = None if sink is None else dsink.to(sink.dtype)
+        return dq, dk, dv, *[None] * (tensor_inputs - 3 + len(ctx.arguments)), sink_grad, *[None] * (extras - 1)
 
     forward_op.register_autograd(backward, setup_context=setup_context)
 
 
-_register_autograd(fwd, bwd, tensor_inputs=3)
-_register_autograd(varlen_fwd, varlen_bwd, tensor_inputs=5)
+_register_autograd(fwd, bwd, tensor_inputs=3, extras=1)
+_register_autograd(varlen_fwd, varlen_bwd, tensor_inputs=5, extras=3)

@@ -39,8 +39,8 @@ flash4_status guarded(Body&& body) noexcept {
 
 // Copies the caller's struct into a current-layout one. A caller built against an older header has a smaller
 // struct_size; only that many bytes are read, and fields appended since keep the zero set here (head_dim_v = 0:
-// equal to head_dim; the forward's paged-cache fields: NULL block_table, not paged). An unknown size copies
-// nothing but struct_size, which validation then rejects.
+// equal to head_dim; the forward's paged-cache fields: NULL block_table, not paged; the sink and seqused
+// pointers: NULL). An unknown size copies nothing but struct_size, which validation then rejects.
 template <class Params>
 Params load(const Params& caller) {
   Params params{};

@@ -102,6 +102,16 @@ Check check_varlen(const Problem& p) {
   return {};
 }
 
+// seqused_q / seqused_k are allowed with fixed length and varlen alike (as in FlashAttention 3).
+Check check_seqused(const Problem& p) {
+  for (const auto& [name, pointer] : {std::pair{"seqused_q", p.seqused_q}, std::pair{"seqused_k", p.seqused_k}}) {
+    if (reinterpret_cast<std::uintptr_t>(pointer) % alignof(std::int32_t) != 0) {
+      return fail(FLASH4_ERROR_MISALIGNED, name, " is not ", alignof(std::int32_t), "-byte aligned (int32 array)");
+    }
+  }
+  return {};
+}
+
 Check check_sizes(const Problem& p) {
   for (const auto& [name, value] : Fields{{"batch", p.batch}, {"heads_q", p.heads_q}, {"heads_kv", p.heads_kv}}) {
     if (value < 1) return fail(FLASH4_ERROR_INVALID_SIZE, name, " is ", value, "; ", name, " must be >= 1");
@@ -207,7 +217,7 @@ Check check_mask(const Problem& p) {
 Check validate(const Problem& p, const std::vector<Tensor>& tensors, detail::Lse lse) {
   // check_varlen runs before the size checks because they read p.varlen(), which assumes a consistent pair.
   for (Check (*check)(const Problem&) :
-       {check_kind, check_varlen, check_sizes, check_varlen_totals, check_paged, check_scores, check_mask}) {
+       {check_kind, check_varlen, check_seqused, check_sizes, check_varlen_totals, check_paged, check_scores, check_mask}) {
     if (Check c = check(p); !c.ok()) return c;
   }
   return detail::check_memory(p, tensors, lse);

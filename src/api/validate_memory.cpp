@@ -50,6 +50,18 @@ Check check_pointers(const Problem& p, const std::vector<Tensor>& tensors, Lse l
   if (reinterpret_cast<std::uintptr_t>(lse.data) % kLseAlignBytes != 0) {
     return fail(FLASH4_ERROR_MISALIGNED, "lse is not ", kLseAlignBytes, "-byte aligned (fp32 array)");
   }
+  if (p.backward && (p.sink == nullptr) != (p.dsink == nullptr)) {
+    if (p.sink != nullptr) {
+      return fail(FLASH4_ERROR_NULL_POINTER, "dsink is NULL; with sink set the backward writes the sinks' gradient");
+    }
+    return fail(FLASH4_ERROR_INVALID_ARGUMENT, "dsink is set but sink is NULL; dsink is the gradient of the sinks");
+  }
+  for (const auto& [name, pointer] : {std::pair{"sink", static_cast<const void*>(p.sink)},
+                                      std::pair{"dsink", static_cast<const void*>(p.dsink)}}) {
+    if (reinterpret_cast<std::uintptr_t>(pointer) % kLseAlignBytes != 0) {
+      return fail(FLASH4_ERROR_MISALIGNED, name, " is not ", kLseAlignBytes, "-byte aligned (fp32 array)");
+    }
+  }
   return {};
 }
 
@@ -131,8 +143,9 @@ bool fits_address_space(const void* data, std::int64_t last) {
   return static_cast<std::uint64_t>(last) <= std::numeric_limits<std::uintptr_t>::max() - reinterpret_cast<std::uintptr_t>(data);
 }
 
-// lse (rows_q * heads_q floats), varlen, the batch + 1 int32 offsets of cu_seqlens_q / cu_seqlens_k and, paged,
-// the block table's entries the kernel may read: the arrays besides the tensors, when they hold anything.
+// lse (rows_q * heads_q floats), sink and dsink (heads_q floats), seqused_q / seqused_k (batch int32), varlen,
+// the batch + 1 int32 offsets of cu_seqlens_q / cu_seqlens_k and, paged, the block table's entries the kernel
+// may read: the arrays besides the tensors, when they hold anything.
 struct Array {
   const char* name;
   const void* data;
@@ -160,6 +173,13 @@ std::vector<Array> arrays(const Problem& p, Lse lse) {
           entries ? mul_add(*entries - 1, kBlockTableBytes, kBlockTableBytes - 1) : std::nullopt;
       all.push_back({"block_table", p.block_table, last, false});
     }
+  }
+  const std::int64_t sink_last = std::int64_t{p.heads_q} * kLseBytes - 1;
+  const std::int64_t used_last = std::int64_t{p.batch} * kCuSeqlensBytes - 1;
+  for (const Array& a : {Array{"sink", p.sink, sink_last, false}, Array{"dsink", p.dsink, sink_last, true},
+                         Array{"seqused_q", p.seqused_q, used_last, false},
+                         Array{"seqused_k", p.seqused_k, used_last, false}}) {
+    if (a.data != nullptr) all.push_back(a);
   }
   return all;
 }

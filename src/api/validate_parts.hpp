@@ -31,6 +31,12 @@ struct Problem {
   const std::int32_t* cu_seqlens_q;
   const std::int32_t* cu_seqlens_k;
   std::int32_t max_seqlen_q, max_seqlen_k, total_q, total_k;
+  // Fields appended to the structs after their first layout (NULL when the caller's layout predates them).
+  const float* sink = nullptr;
+  const float* dsink = nullptr;  // backward only
+  const std::int32_t* seqused_q = nullptr;
+  const std::int32_t* seqused_k = nullptr;
+  bool backward = false;
   // Paged K/V (the forward only; the backward's view leaves them NULL / 0).
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0;
@@ -56,10 +62,18 @@ std::int32_t dtype_of(const Params& p) {
 
 template <class Params>
 Problem problem_of(const Params& p) {
-  return Problem{dtype_of(p),     p.batch,        p.seqlen_q,     p.seqlen_k,      p.heads_q,     p.heads_kv,
-                 p.head_dim,      p.head_dim_v,   p.softmax_scale, p.causal,       p.window_left, p.window_right,
-                 p.softcap,       p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, p.total_q,
-                 p.total_k};
+  Problem problem{dtype_of(p),     p.batch,        p.seqlen_q,     p.seqlen_k,      p.heads_q,     p.heads_kv,
+                  p.head_dim,      p.head_dim_v,   p.softmax_scale, p.causal,       p.window_left, p.window_right,
+                  p.softcap,       p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, p.total_q,
+                  p.total_k};
+  problem.backward = std::is_same_v<Params, flash4_bwd_params>;
+  // A struct of the first layout (a smaller struct_size) has no such fields, whatever its bytes there hold.
+  if (p.struct_size != sizeof(Params)) return problem;
+  problem.sink = p.sink;
+  problem.seqused_q = p.seqused_q;
+  problem.seqused_k = p.seqused_k;
+  if constexpr (std::is_same_v<Params, flash4_bwd_params>) problem.dsink = p.dsink;
+  return problem;
 }
 
 // A caller of the first layout (struct_size = the offset of head_dim_v) has no paged fields: whatever lies past its

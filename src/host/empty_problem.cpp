@@ -53,7 +53,9 @@ FillPlan empty_problem_fills(const flash4_fwd_params& p) {
   add(plan, zero_fill("o", p.o, p.o_strides, rows.batch, rows.q, p.heads_q, value_head_dim(p)));
   const std::int64_t lse_count = rows.batch * rows.q * p.heads_q;
   if (p.lse != nullptr && lse_count > 0) {
-    plan.floats.push_back(FloatFill{"lse", p.lse, lse_count, -std::numeric_limits<float>::infinity()});
+    // A row without keys has LSE = -inf, or its head's sink logit when there are sinks.
+    plan.floats.push_back(
+        FloatFill{"lse", p.lse, lse_count, -std::numeric_limits<float>::infinity(), p.sink, rows.q, p.heads_q});
   }
   return plan;
 }
@@ -67,6 +69,8 @@ FillPlan empty_problem_fills(const flash4_bwd_params& p) {
     add(plan, zero_fill("dk", p.dk, p.dk_strides, rows.batch, rows.k, p.heads_kv, p.head_dim));
     add(plan, zero_fill("dv", p.dv, p.dv_strides, rows.batch, rows.k, p.heads_kv, value_head_dim(p)));
   }
+  // No row passes a gradient to the sinks: without queries there are none, without keys O = 0.
+  if (p.dsink != nullptr) plan.floats.push_back(FloatFill{"dsink", p.dsink, p.heads_q, 0.0f, nullptr, 1, 1});
   return plan;
 }
 

@@ -1,13 +1,14 @@
 // What a validated empty problem (no query rows or no key rows in the whole call) writes. Attention over an
-// empty key set is a fully masked row: O = 0 and LSE = -inf, as the kernel writes for a masked row. Its
-// gradients are zero: O does not depend on q when there are no keys (dq = 0), and keys no query attends to
-// get no gradient (dk = dv = 0). Tensors without rows are never touched.
+// empty key set is a fully masked row: O = 0 and LSE = -inf (the head's sink logit with sinks), as the kernel
+// writes for a masked row. Its gradients are zero: O does not depend on q when there are no keys (dq = 0), keys
+// no query attends to get no gradient (dk = dv = 0), and neither do the sinks. Tensors without rows are never
+// touched.
 //
 //   forward   rows_q == 0                  nothing
-//             rows_k == 0, rows_q > 0      o = 0, lse = -inf (when lse is set)
-//   backward  rows_q == 0, rows_k == 0     nothing
-//             rows_k == 0, rows_q > 0      dq = 0
-//             rows_q == 0, rows_k > 0      dk = 0, dv = 0
+//             rows_k == 0, rows_q > 0      o = 0, lse = -inf or the head's sink logit (when lse is set)
+//   backward  rows_q == 0, rows_k == 0     dsink = 0 (when set), nothing else
+//             rows_k == 0, rows_q > 0      dq = 0, dsink = 0
+//             rows_q == 0, rows_k > 0      dk = 0, dv = 0, dsink = 0
 //
 // rows are batch * seqlen, or total_q / total_k for varlen. Empty sequences inside a non-empty varlen call are
 // the kernel's to handle; the host cannot read cu_seqlens (device memory), so it fills all total_q rows.

@@ -24,12 +24,17 @@ struct ZeroFill {
   std::int64_t elements() const { return extent[0] * extent[1] * extent[2] * extent[3]; }
 };
 
-// `count` contiguous floats set to `value`.
+// `count` contiguous floats set to `value`; or, with per_head set (device memory), each run of `run` floats
+// set to the next of `heads` per-head values in turn: an LSE laid out (batch, heads, rows) whose fully masked
+// rows take their head's sink logit.
 struct FloatFill {
   const char* name;
   float* data;
   std::int64_t count;
   float value;
+  const float* per_head;
+  std::int64_t run;
+  std::int64_t heads;
 };
 
 struct FillPlan {

@@ -9,7 +9,8 @@
 namespace flash4::host {
 
 bool forward_schedules_dynamically(const flash4_fwd_params& params) {
-  return params.causal != 0 || params.window_left >= 0 || params.window_right >= 0 || params.cu_seqlens_q != nullptr;
+  return params.causal != 0 || params.window_left >= 0 || params.window_right >= 0 || params.cu_seqlens_q != nullptr ||
+         params.seqused_q != nullptr || params.seqused_k != nullptr;
 }
 
 FwdPlan plan_forward(const flash4_fwd_params& params, const DeviceInfo& device, int kernel_head_dim) {

@@ -24,8 +24,8 @@ struct FwdPlan {
   int window_right = -1;
 };
 
-// True when the forward's tiles differ in cost (causal, a window, or varlen sequences of different
-// lengths): a static walk then leaves SMs idle at the end, so the kernel claims tiles dynamically from a
+// True when the forward's tiles differ in cost (causal, a window, varlen sequences of different lengths,
+// or seqused): a static walk then leaves SMs idle at the end, so the kernel claims tiles dynamically from a
 // counter in the workspace. Tiles of equal cost take the static walk, which needs no workspace. The
 // workspace is sized by this rule alone (the device is not known then); the plan uses the counter only
 // where there are more tiles than CTAs.

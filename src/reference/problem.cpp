@@ -22,6 +22,15 @@ void validate_offsets(const std::vector<int>& offsets, int batch, const char* fi
   }
 }
 
+void validate_used(const Problem& p, const std::vector<int>& used, bool query_side, const char* field) {
+  if (used.empty()) return;
+  require(used.size() == static_cast<std::size_t>(p.batch), std::string(field) + " must hold batch entries");
+  for (int b = 0; b < p.batch; ++b) {
+    const int span = query_side ? p.span_q(b) : p.span_k(b);
+    require(used[b] >= 0 && used[b] <= span, std::string(field) + " entries must lie in [0, the sequence's rows]");
+  }
+}
+
 }  // namespace
 
 void validate(const Problem& p) {
@@ -40,6 +49,9 @@ void validate(const Problem& p) {
   } else {
     require(p.seqlen_q >= 0 && p.seqlen_k >= 0, "seqlen_q and seqlen_k must be >= 0");
   }
+  validate_used(p, p.seqused_q, true, "seqused_q");
+  validate_used(p, p.seqused_k, false, "seqused_k");
+  require(p.sink.empty() || p.sink.size() == static_cast<std::size_t>(p.heads_q), "sink must hold heads_q logits");
 }
 
 std::string to_string(const Problem& p) {
@@ -54,6 +66,15 @@ std::string to_string(const Problem& p) {
   } else {
     out << " seqlen_q " << p.seqlen_q << " seqlen_k " << p.seqlen_k;
   }
+  const auto list = [&out](const char* name, const auto& values) {
+    if (values.empty()) return;
+    out << ' ' << name << " [";
+    for (const auto value : values) out << ' ' << value;
+    out << " ]";
+  };
+  list("seqused_q", p.seqused_q);
+  list("seqused_k", p.seqused_k);
+  list("sink", p.sink);
   out << " heads " << p.heads_q << "/" << p.heads_kv << " head_dim " << p.head_dim;
   if (p.head_dim_v != 0) out << " head_dim_v " << p.head_dim_v;
   out << " scale " << p.scale

@@ -13,7 +13,9 @@
 //   varlen:       the same with (total_q, ...) for (B, Sq, ...) and (total_k, ...) for (B, Sk, ...);
 //                 lse (Hq, total_q)
 // where D is head_dim and Dv is head_dim_v (head_dim unless set).
-// A query row that sees no key gets O = 0, LSE = -inf, and zero gradients.
+// A query row that sees no key gets O = 0, LSE = -inf (the sink logit with a sink), and zero gradients.
+// With seqused_q / seqused_k, sequence b uses the first seqused[b] rows of its span: the other query rows
+// are not computed (the results hold 0 there, and so do the gradients of the unused key rows).
 #pragma once
 
 #include <cstddef>
@@ -43,10 +45,22 @@ struct Problem {
   // lets designated initializers leave them out without a -Wmissing-field-initializers warning.
   std::vector<int> cu_seqlens_q = {};
   std::vector<int> cu_seqlens_k = {};
+  // Empty: every row of a sequence's span is used. Else batch entries: sequence b uses the first
+  // seqused[b] rows of its span (0 <= seqused[b] <= the span's rows), fixed length or varlen.
+  std::vector<int> seqused_q = {};
+  std::vector<int> seqused_k = {};
+  // Empty: no sink. Else one logit per query head, in natural-log units and not multiplied by scale,
+  // that joins every row's softmax as a column without a value (FlashAttention's learnable_sink).
+  std::vector<float> sink = {};
 
   bool is_varlen() const { return !cu_seqlens_q.empty(); }
-  int seq_q(int b) const { return is_varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
-  int seq_k(int b) const { return is_varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
+  bool has_sink() const { return !sink.empty(); }
+  // Rows of sequence b's span in q / k.
+  int span_q(int b) const { return is_varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
+  int span_k(int b) const { return is_varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
+  // Rows sequence b uses: the masks align to these.
+  int seq_q(int b) const { return seqused_q.empty() ? span_q(b) : seqused_q[b]; }
+  int seq_k(int b) const { return seqused_k.empty() ? span_k(b) : seqused_k[b]; }
   // First row of sequence b in the (rows, heads, head_dim) view of q / k.
   int offset_q(int b) const { return is_varlen() ? cu_seqlens_q[b] : b * seqlen_q; }
   int offset_k(int b) const { return is_varlen() ? cu_seqlens_k[b] : b * seqlen_k; }
@@ -115,9 +129,10 @@ ForwardResult32 forward_naive(const Problem& problem, Precision precision, std::
                               std::span<const float> k, std::span<const float> v);
 
 // Gradients of sum(O * dout). dk and dv of a kv head sum the contributions of all query heads of its
-// GQA group.
+// GQA group. dsink (heads_q values, empty without a sink): d sum(O * dout) / d sink_h
+// = -sum over the used rows i of head h of exp(sink_h - LSE_i) * (dout_i . O_i).
 struct BackwardResult64 {
-  std::vector<double> dq, dk, dv;
+  std::vector<double> dq, dk, dv, dsink;
 };
 BackwardResult64 backward_fp64(const Problem& problem, std::span<const float> q, std::span<const float> k,
                                std::span<const float> v, std::span<const float> dout);
@@ -130,7 +145,7 @@ BackwardResult64 backward_fp64(const Problem& problem, std::span<const float> q,
 // round O differently made the comparison a coin toss (a kernel at 2-3x the baseline's error in about one
 // run in a few hundred, with identical gradients from two library versions).
 struct BackwardResult32 {
-  std::vector<float> dq, dk, dv;
+  std::vector<float> dq, dk, dv, dsink;
 };
 BackwardResult32 backward_naive(const Problem& problem, Precision precision, std::span<const float> q,
                                 std::span<const float> k, std::span<const float> v,

@@ -2,9 +2,13 @@
 // Per query row i (P the softmax row, dO = dout row):
 //   dP_ij = dO_i . v_j,   delta_i = sum_j P_ij dP_ij (= dO_i . O_i),   dS_ij = P_ij (dP_ij - delta_i) s'_ij
 //   dq_i += scale dS_ij k_j,   dk_j += scale dS_ij q_i,   dv_j += P_ij dO_i
-// where s'_ij is the softcap derivative (1 when off). As in the forward, one template serves the fp64
+// where s'_ij is the softcap derivative (1 when off). A sink is a column with a logit and no value: it takes
+// the share exp(sink_h - LSE_i) of the row, so O_i shrinks by that share as the sink grows and
+//   dsink_h = -sum_i exp(sink_h - LSE_i) delta_i,
+// while the formulas above hold unchanged with P (and delta) taken from the LSE that includes the sink. As in the forward, one template serves the fp64
 // reference and the naive fp32 baseline, which also rounds P and dS before the products that use them
 // and takes delta from a rounded O: its own, or the forward output a kernel's backward was given.
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -26,7 +30,7 @@ void check_backward_inputs(const Problem& p, std::span<const float> q, std::span
 
 template <typename Real>
 struct Gradients {
-  std::vector<Real> dq, dk, dv;
+  std::vector<Real> dq, dk, dv, dsink;
 };
 
 // round_operand models the rounding of P and dS to the input precision before they enter a matmul.
@@ -36,7 +40,8 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
                                   std::span<const float> v, std::span<const float> dout,
                                   RoundOperand round_operand, std::span<const float> given_o = {}) {
   Gradients<Real> grad{std::vector<Real>(p.q_elements(), Real(0)), std::vector<Real>(p.kv_elements(), Real(0)),
-                       std::vector<Real>(p.v_elements(), Real(0))};
+                       std::vector<Real>(p.v_elements(), Real(0)),
+                       std::vector<Real>(p.has_sink() ? p.heads_q : 0, Real(0))};
   for (int b = 0; b < p.batch; ++b) {
     const int sk = p.seq_k(b);
     for (int h = 0; h < p.heads_q; ++h) {
@@ -70,6 +75,7 @@ Gradients<Real> backward_all_rows(const Problem& p, std::span<const float> q, st
             delta += static_cast<Real>(dout_row[d]) * static_cast<Real>(given_row[d]);
           }
         }
+        if (p.has_sink()) grad.dsink[h] -= std::exp(static_cast<Real>(p.sink[h]) - row.lse) * delta;
         for (int j = 0; j < sk; ++j) {
           if (row.prob[j] == 0) continue;
           const Real ds =
@@ -101,7 +107,7 @@ BackwardResult64 backward_fp64(const Problem& p, std::span<const float> q, std::
                                std::span<const float> v, std::span<const float> dout) {
   check_backward_inputs(p, q, k, v, dout);
   Gradients<double> grad = backward_all_rows<double>(p, q, k, v, dout, detail::no_rounding);
-  return {std::move(grad.dq), std::move(grad.dk), std::move(grad.dv)};
+  return {std::move(grad.dq), std::move(grad.dk), std::move(grad.dv), std::move(grad.dsink)};
 }
 
 BackwardResult32 backward_naive(const Problem& p, Precision precision, std::span<const float> q,
@@ -113,7 +119,9 @@ BackwardResult32 backward_naive(const Problem& p, Precision precision, std::span
   Gradients<float> grad = backward_all_rows<float>(p, round_all(precision, q), round_all(precision, k),
                                                    round_all(precision, v), round_all(precision, dout), round,
                                                    round_all(precision, o));
-  return {round_all(precision, grad.dq), round_all(precision, grad.dk), round_all(precision, grad.dv)};
+  // dsink stays fp32, as the kernels write it.
+  return {round_all(precision, grad.dq), round_all(precision, grad.dk), round_all(precision, grad.dv),
+          std::move(grad.dsink)};
 }
 
 }  // namespace flash4::ref

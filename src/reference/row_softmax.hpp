@@ -20,7 +20,7 @@ template <typename Real>
 struct RowSoftmax {
   std::vector<Real> score;  // per key of the sequence: scaled (and capped) q.k; -inf where masked
   std::vector<Real> prob;   // per key: softmax probability; 0 where masked
-  Real lse;                 // natural log of sum(exp(score)); -inf when no key is visible
+  Real lse;                 // natural log of sum(exp(score)) (+ exp(sink)); -inf when no key is visible and no sink
 };
 
 // a . b over n elements, accumulated in Real.
@@ -67,10 +67,13 @@ RowSoftmax<Real> softmax_row(const Problem& p, std::span<const float> q, std::sp
     max_score = std::max(max_score, row.score[j]);
     any_visible = true;
   }
-  if (!any_visible) return row;
+  // The sink is one more column of the row (no value behind it): it joins the max and the sum.
+  const Real sink = p.has_sink() ? static_cast<Real>(p.sink[h]) : kMinusInf;
+  if (!any_visible && sink == kMinusInf) return row;
+  max_score = std::max(max_score, sink);
 
   // Subtracting the max keeps exp() in range; it cancels in the normalization.
-  Real sum = 0;
+  Real sum = sink == kMinusInf ? Real(0) : std::exp(sink - max_score);
   for (int j = 0; j < sk; ++j) {
     row.prob[j] = std::exp(row.score[j] - max_score);  // exp(-inf) = 0 for masked keys
     sum += row.prob[j];

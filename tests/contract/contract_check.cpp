@@ -146,23 +146,25 @@ std::string check_plan(const flash4_bwd_params& c) {
                     plan.tile.block_n);
 }
 
-// An empty problem writes its outputs only: o and lse, or dq, dk and dv.
+// An empty problem writes its outputs only: o and lse, or dq, dk, dv and dsink.
 template <class Params>
-std::string check_fills(const Params& c, std::initializer_list<const void*> outputs) {
+std::string check_fills(const Params& c, std::initializer_list<const void*> outputs, const float* dsink) {
   const host::FillPlan fills = host::empty_problem_fills(c);
   for (const host::ZeroFill& fill : fills.zeros) {
     if (std::find(outputs.begin(), outputs.end(), fill.data) == outputs.end()) return std::string("fill of a non-output: ") + fill.name;
   }
   for (const host::FloatFill& fill : fills.floats) {
-    if (static_cast<const void*>(fill.data) != static_cast<const void*>(c.lse) || fill.count != rows(c, true) * c.heads_q) {
-      return std::string("bad float fill: ") + fill.name;
-    }
+    const bool lse = static_cast<const void*>(fill.data) == static_cast<const void*>(c.lse) &&
+                     fill.count == rows(c, true) * c.heads_q;
+    const bool sinks = dsink != nullptr && fill.data == dsink && fill.count == c.heads_q && fill.per_head == nullptr &&
+                       fill.value == 0.0f;
+    if (!lse && !sinks) return std::string("bad float fill: ") + fill.name;
   }
   return "";
 }
 
-std::string fills_of(const flash4_fwd_params& c) { return check_fills(c, {c.o}); }
-std::string fills_of(const flash4_bwd_params& c) { return check_fills(c, {c.dq, c.dk, c.dv}); }
+std::string fills_of(const flash4_fwd_params& c) { return check_fills(c, {c.o}, nullptr); }
+std::string fills_of(const flash4_bwd_params& c) { return check_fills(c, {c.dq, c.dk, c.dv}, c.dsink); }
 
 template <class Params>
 CallResult check(const Params& p) {

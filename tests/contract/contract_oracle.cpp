@@ -52,6 +52,10 @@ struct Call {
   const std::int32_t* cu_seqlens_k;
   std::int32_t max_seqlen_q, max_seqlen_k, total_q, total_k;
   const void* lse;
+  const void* sink;
+  const void* dsink;
+  const std::int32_t* seqused_q;
+  const std::int32_t* seqused_k;
   // Forward, paged K/V: NULL / 0 for the backward and for a caller of the layout before these fields.
   const std::int32_t* block_table;
   std::int64_t block_table_stride;
@@ -96,6 +100,12 @@ Call common(const Params& p, bool backward) {
   c.total_q = p.total_q;
   c.total_k = p.total_k;
   c.lse = p.lse;
+  // A caller of the first layout has no such fields: they read as NULL.
+  if (c.struct_size == c.known_sizes.back()) {
+    c.sink = p.sink;
+    c.seqused_q = p.seqused_q;
+    c.seqused_k = p.seqused_k;
+  }
   return c;
 }
 
@@ -118,6 +128,7 @@ Call call_of(const flash4_fwd_params& p) {
 Call call_of(const flash4_bwd_params& p) {
   Call c = common(p, true);
   c.deterministic = p.deterministic;
+  if (c.struct_size == c.known_sizes.back()) c.dsink = p.dsink;
   c.tensors = {{"q", p.q, p.q_strides, true, false, false},         {"k", p.k, p.k_strides, false, false, false},
                {"v", p.v, p.v_strides, false, false, true},          {"o", p.o, p.o_strides, true, false, true},
                {"dout", p.dout, p.dout_strides, true, false, true}, {"dq", p.dq, p.dq_strides, true, true, false},
@@ -153,13 +164,16 @@ Step rule_struct_and_kind(const Call& c) {
 Step rule_varlen_fields(const Call& c) {
   if (c.cu_seqlens_q == nullptr && c.cu_seqlens_k != nullptr) return reject(FLASH4_ERROR_INVALID_VARLEN, "cu_seqlens_q");
   if (c.cu_seqlens_q != nullptr && c.cu_seqlens_k == nullptr) return reject(FLASH4_ERROR_INVALID_VARLEN, "cu_seqlens_k");
-  if (!c.varlen()) return {};
-  if (c.max_seqlen_q < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_q");
-  if (c.max_seqlen_k < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_k");
-  if (c.total_q < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_q");
-  if (c.total_k < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_k");
-  if (address(c.cu_seqlens_q) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_q");
-  if (address(c.cu_seqlens_k) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_k");
+  if (c.varlen()) {
+    if (c.max_seqlen_q < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_q");
+    if (c.max_seqlen_k < 1) return reject(FLASH4_ERROR_INVALID_VARLEN, "max_seqlen_k");
+    if (c.total_q < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_q");
+    if (c.total_k < 0) return reject(FLASH4_ERROR_INVALID_VARLEN, "total_k");
+    if (address(c.cu_seqlens_q) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_q");
+    if (address(c.cu_seqlens_k) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "cu_seqlens_k");
+  }
+  if (address(c.seqused_q) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "seqused_q");
+  if (address(c.seqused_k) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "seqused_k");
   return {};
 }
 
@@ -208,6 +222,10 @@ Step rule_pointers(const Call& c) {
   }
   if (c.backward && c.lse == nullptr && c.rows(true) > 0) return reject(FLASH4_ERROR_NULL_POINTER, "lse");
   if (c.lse != nullptr && address(c.lse) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "lse");
+  if (c.backward && c.sink != nullptr && c.dsink == nullptr) return reject(FLASH4_ERROR_NULL_POINTER, "dsink");
+  if (c.backward && c.sink == nullptr && c.dsink != nullptr) return reject(FLASH4_ERROR_INVALID_ARGUMENT, "dsink");
+  if (address(c.sink) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "sink");
+  if (address(c.dsink) % 4 != 0) return reject(FLASH4_ERROR_MISALIGNED, "dsink");
   return {};
 }
 
@@ -260,6 +278,10 @@ std::vector<Array> arrays_of(const Call& c) {
     const Int entries = Int{c.batch - 1} * c.block_table_stride + pages_per_sequence(c);
     if (entries > 0) arrays.push_back({"block_table", c.block_table, entries * 4, false});
   }
+  if (c.sink != nullptr) arrays.push_back({"sink", c.sink, Int{c.heads_q} * 4, false});
+  if (c.dsink != nullptr) arrays.push_back({"dsink", c.dsink, Int{c.heads_q} * 4, true});
+  if (c.seqused_q != nullptr) arrays.push_back({"seqused_q", c.seqused_q, Int{c.batch} * 4, false});
+  if (c.seqused_k != nullptr) arrays.push_back({"seqused_k", c.seqused_k, Int{c.batch} * 4, false});
   return arrays;
 }
 

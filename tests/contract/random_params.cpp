@@ -117,7 +117,12 @@ void RandomParams::fill(Params& p, const Shape& s) {
   p.k_strides = layout(s, false, false);
   p.v_strides = chance(0.5) && s.head_dim_v == 0 ? p.k_strides : layout(s, false, true);
   p.o_strides = layout(s, true, true);
+  // Sinks and seqused in some calls (slots 9-11 and 15): buffers of their own.
+  if (chance(0.2)) p.sink = static_cast<const float*>(pointer(9));
+  if (chance(0.15)) p.seqused_q = static_cast<const std::int32_t*>(pointer(10));
+  if (chance(0.15)) p.seqused_k = static_cast<const std::int32_t*>(pointer(11));
   if constexpr (sizeof(Params) == sizeof(flash4_bwd_params)) {
+    if (p.sink != nullptr) p.dsink = static_cast<float*>(const_cast<void*>(pointer(15)));
     p.o = pointer(3);
     p.dout = pointer(4);
     p.lse = static_cast<const float*>(pointer(5));
@@ -154,12 +159,12 @@ void RandomParams::fill_paged(flash4_fwd_params& p, const Shape& s) {
 template <class Params>
 void RandomParams::mutate(Params& p) {
   auto& bytes = reinterpret_cast<unsigned char(&)[sizeof(Params)]>(p);
-  const void* other = pointer(static_cast<int>(uniform(0, 13)));
+  const void* other = pointer(static_cast<int>(uniform(0, 15)));
   const std::uintptr_t shift = pick<std::uintptr_t>({2, 4, 8, 16, 4096, 0});
   const auto moved = [&](const void* base) {
     return reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(base) + shift);
   };
-  switch (uniform(0, 15)) {
+  switch (uniform(0, 16)) {
     case 0: p.batch = edge_int(); break;
     case 1: (chance(0.5) ? p.seqlen_q : p.seqlen_k) = edge_int(); break;
     case 2: (chance(0.5) ? p.heads_q : p.heads_kv) = edge_int(); break;
@@ -190,6 +195,15 @@ void RandomParams::mutate(Params& p) {
       break;
     }
     case 13: p.struct_size = pick<std::size_t>({0, sizeof(Params) - 8, sizeof(Params) + 8, sizeof(flash4_fwd_params), sizeof(flash4_bwd_params), offsetof(Params, head_dim_v)}); break;
+    case 14: {  // a sink or seqused pointer NULL, misaligned, near the end of the address space or onto another
+      const void* value = pick<const void*>({nullptr, moved(other), reinterpret_cast<const void*>(~std::uintptr_t{3})});
+      switch (uniform(0, 2)) {
+        case 0: p.sink = static_cast<const float*>(value); break;
+        case 1: p.seqused_q = static_cast<const std::int32_t*>(value); break;
+        default: p.seqused_k = static_cast<const std::int32_t*>(value); break;
+      }
+      break;
+    }
     default: bytes[uniform(0, sizeof(Params) - 1)] = static_cast<unsigned char>(rng_()); break;
   }
   if constexpr (sizeof(Params) == sizeof(flash4_bwd_params)) {
@@ -197,6 +211,7 @@ void RandomParams::mutate(Params& p) {
       void** gradient = pick<void**>({&p.dq, &p.dk, &p.dv});
       *gradient = const_cast<void*>(moved(other));
     }
+    if (chance(0.05)) p.dsink = chance(0.5) ? nullptr : static_cast<float*>(const_cast<void*>(moved(other)));
     if (chance(0.05)) p.deterministic = edge_int();
   }
 }

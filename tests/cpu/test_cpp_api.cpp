@@ -237,6 +237,28 @@ TEST(CppApi, BwdParamsFromViews) {
   EXPECT_EQ(flash4_bwd_check(&p), FLASH4_SUCCESS) << flash4_last_error_message();
 }
 
+// Sinks and seqused reach both params structs from the options; dsink from the backward's tensors.
+TEST(CppApi, SinksAndSequsedReachTheParams) {
+  const auto* sink = static_cast<const float*>(fake_device_pointer(20));
+  const auto* used_q = static_cast<const std::int32_t*>(fake_device_pointer(21));
+  const auto* used_k = static_cast<const std::int32_t*>(fake_device_pointer(22));
+  flash4::BackwardTensors t = backward_tensors();
+  t.dsink = static_cast<float*>(fake_device_pointer(23));
+  const flash4::AttnOptions options{.sink = sink, .seqused_q = used_q, .seqused_k = used_k};
+  const auto made = flash4::make_bwd_params(t, options);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_EQ(made.value().sink, sink);
+  EXPECT_EQ(made.value().dsink, t.dsink);
+  EXPECT_EQ(made.value().seqused_q, used_q);
+  EXPECT_EQ(made.value().seqused_k, used_k);
+  EXPECT_EQ(flash4_bwd_check(&made.value()), FLASH4_SUCCESS) << flash4_last_error_message();
+  Views f;
+  const auto forward = f.params(options);
+  ASSERT_TRUE(forward.ok()) << forward.status().to_string();
+  EXPECT_EQ(forward.value().sink, sink);
+  EXPECT_EQ(forward.value().seqused_k, used_k);
+}
+
 TEST(CppApi, BwdGradientShapeMismatchNamesTheTensor) {
   flash4::BackwardTensors t = backward_tensors();
   t.dk.shape[1] = kSeqlenQ;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <string>
 
 #include "flash4/flash4.h"
@@ -174,6 +175,22 @@ TEST(EmptyProblem, VarlenForwardWithoutKeysFillsEveryPackedRow) {
   EXPECT_EQ(plan.floats[0].count, 11 * kHeadsQ) << "lse is (Hq, total_q)";
 }
 
+// With sinks, a row without keys has LSE = its head's sink logit: each run of Sq (or total_q) floats takes the
+// next head's value from the device array.
+TEST(EmptyProblem, ForwardWithoutKeysSetsLseToTheSinks) {
+  flash4_fwd_params p = fwd(kSeqlenQ, 0);
+  p.sink = fake_pointer<const float>(20);
+  FillPlan plan = empty_problem_fills(p);
+  ASSERT_EQ(plan.floats.size(), 1u);
+  EXPECT_EQ(plan.floats[0].per_head, p.sink);
+  EXPECT_EQ(plan.floats[0].run, kSeqlenQ) << "lse is (B, Hq, Sq): a run of Sq rows per head";
+  EXPECT_EQ(plan.floats[0].heads, kHeadsQ);
+  make_varlen(p, 11, 0);
+  plan = empty_problem_fills(p);
+  ASSERT_EQ(plan.floats.size(), 1u);
+  EXPECT_EQ(plan.floats[0].run, 11) << "lse is (Hq, total_q)";
+}
+
 // ---- backward -------------------------------------------------------------------------------------------
 
 TEST(EmptyProblem, BackwardWithoutKeysZeroesDq) {
@@ -191,6 +208,21 @@ TEST(EmptyProblem, BackwardWithoutQueriesZeroesDkAndDv) {
   expect_zero_fill(plan.zeros[0], "dk", p.dk, kBatch, kSeqlenK, kHeadsKv, p.dk_strides);
   expect_zero_fill(plan.zeros[1], "dv", p.dv, kBatch, kSeqlenK, kHeadsKv, p.dv_strides);
   EXPECT_TRUE(plan.floats.empty());
+}
+
+// No row passes a gradient to the sinks: dsink = 0 whichever side is empty, even with no rows at all.
+TEST(EmptyProblem, BackwardZeroesDsink) {
+  for (const auto& [seqlen_q, seqlen_k] : {std::pair{kSeqlenQ, 0}, std::pair{0, kSeqlenK}, std::pair{0, 0}}) {
+    flash4_bwd_params p = bwd(seqlen_q, seqlen_k);
+    p.sink = fake_pointer<const float>(20);
+    p.dsink = fake_pointer<float>(21);
+    const FillPlan plan = empty_problem_fills(p);
+    ASSERT_EQ(plan.floats.size(), 1u);
+    EXPECT_EQ(plan.floats[0].data, p.dsink);
+    EXPECT_EQ(plan.floats[0].count, kHeadsQ);
+    EXPECT_EQ(plan.floats[0].value, 0.0f);
+    EXPECT_EQ(plan.floats[0].per_head, nullptr);
+  }
 }
 
 TEST(EmptyProblem, BackwardWithoutAnyRowsWritesNothing) {

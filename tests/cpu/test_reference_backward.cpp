@@ -49,6 +49,18 @@ const std::vector<Config>& configs() {
                            .head_dim_v = kHeadDim / 2, .scale = kScale, .causal = true}},
       {"wide_v_varlen", {.batch = 2, .heads_q = 2, .heads_kv = 2, .head_dim = kHeadDim, .head_dim_v = kHeadDim + 2,
                          .scale = kScale, .cu_seqlens_q = {0, 3, 7}, .cu_seqlens_k = {0, 5, 9}}},
+      // Sinks: with Sq > Sk causal (fully masked rows, whose LSE is the sink) and GQA; and with softcap.
+      {"sink_causal_gqa", {.batch = 2, .seqlen_q = 6, .seqlen_k = 4, .heads_q = 4, .heads_kv = 2,
+                           .head_dim = kHeadDim, .scale = kScale, .causal = true, .sink = {0.5f, -1.0f, 2.0f, 0.0f}}},
+      {"sink_softcap", {.seqlen_q = 5, .seqlen_k = 6, .heads_q = 2, .heads_kv = 1, .head_dim = kHeadDim, .scale = 1.0,
+                        .softcap = 1.5, .sink = {1.25f, -0.5f}}},
+      // seqused: unused rows of q and k (fixed length and varlen, 0 and full spans included), with a sink.
+      {"seqused_fixed_causal", {.batch = 3, .seqlen_q = 5, .seqlen_k = 6, .heads_q = 2, .heads_kv = 1,
+                                .head_dim = kHeadDim, .scale = kScale, .causal = true, .seqused_q = {3, 0, 5},
+                                .seqused_k = {4, 2, 6}}},
+      {"seqused_varlen_sink", {.batch = 3, .heads_q = 2, .heads_kv = 2, .head_dim = kHeadDim, .scale = kScale,
+                               .cu_seqlens_q = {0, 4, 6, 9}, .cu_seqlens_k = {0, 5, 5, 9}, .seqused_q = {2, 2, 3},
+                               .seqused_k = {3, 0, 4}, .sink = {0.75f, -0.25f}}},
   };
   return all;
 }
@@ -104,6 +116,18 @@ TEST_P(BackwardFp64, MatchesFiniteDifferences) {
   expect_matches_finite_differences("dq", p, in, &Inputs::q, grad.dq);
   expect_matches_finite_differences("dk", p, in, &Inputs::k, grad.dk);
   expect_matches_finite_differences("dv", p, in, &Inputs::v, grad.dv);
+  ASSERT_EQ(grad.dsink.size(), p.sink.size());
+  for (std::size_t h = 0; h < p.sink.size(); ++h) {
+    Problem moved = p;
+    const float plus = p.sink[h] + kStep;
+    const float minus = p.sink[h] - kStep;
+    moved.sink[h] = plus;
+    const double loss_plus = loss(moved, in);
+    moved.sink[h] = minus;
+    const double loss_minus = loss(moved, in);
+    const double numeric = (loss_plus - loss_minus) / (static_cast<double>(plus) - static_cast<double>(minus));
+    EXPECT_NEAR(grad.dsink[h], numeric, kFiniteDifferenceTolerance * (1 + std::fabs(numeric))) << "dsink " << h;
+  }
 }
 
 bool all_zero(const auto& values, std::size_t first, std::size_t count) {
@@ -204,6 +228,8 @@ TEST_P(NaiveBackward, CloseToFp64InNorm) {
   EXPECT_LE(relative_norm_error(naive.dq, exact.dq), bound) << "dq";
   EXPECT_LE(relative_norm_error(naive.dk, exact.dk), bound) << "dk";
   EXPECT_LE(relative_norm_error(naive.dv, exact.dv), bound) << "dv";
+  ASSERT_EQ(naive.dsink.size(), exact.dsink.size());
+  EXPECT_LE(relative_norm_error(naive.dsink, exact.dsink), bound) << "dsink";
 }
 
 // Given an O, the baseline takes delta from it: the naive forward's own O gives exactly the default's

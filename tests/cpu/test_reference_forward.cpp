@@ -137,6 +137,81 @@ TEST(ForwardFp64, EmptyVarlenSequences) {
   }
 }
 
+// A sink is a column with logit sink_h and no value: against the same problem without it, each row's
+// LSE becomes log(exp(LSE) + exp(sink_h)) and O shrinks by the sink's share exp(sink_h - LSE_sink). A
+// row that sees no key gets O = 0 and LSE = sink_h (causal with Sq > Sk masks the first rows).
+TEST(ForwardFp64, SinkIsAColumnWithoutValue) {
+  Problem p{.batch = 2, .seqlen_q = 5, .seqlen_k = 3, .heads_q = 2, .heads_kv = 1, .head_dim = 8, .scale = 0.5,
+            .causal = true};
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_trace(seed));
+  const Inputs in = random_inputs(p, Precision::bf16, seed);
+  const ForwardResult64 plain = forward_fp64(p, in.q, in.k, in.v);
+  p.sink = {0.75f, -2.5f};
+  const ForwardResult64 sunk = forward_fp64(p, in.q, in.k, in.v);
+  const ForwardResult32 naive = forward_naive(p, Precision::bf16, in.q, in.k, in.v);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int h = 0; h < p.heads_q; ++h) {
+      for (int i = 0; i < p.seqlen_q; ++i) {
+        const std::size_t lse = p.lse_index(b, h, i);
+        const double sink = p.sink[h];
+        if (plain.lse[lse] == kMinusInf) {
+          EXPECT_EQ(sunk.lse[lse], sink) << "row " << i;
+          EXPECT_EQ(naive.lse[lse], p.sink[h]) << "row " << i;
+        } else {
+          EXPECT_NEAR(sunk.lse[lse], std::log(std::exp(plain.lse[lse]) + std::exp(sink)), 1e-12) << "row " << i;
+        }
+        const double kept = 1 - std::exp(sink - sunk.lse[lse]);
+        for (int d = 0; d < p.head_dim; ++d) {
+          const std::size_t e = p.q_index(b, i, h) + d;
+          EXPECT_NEAR(sunk.o[e], plain.o[e] * kept, 1e-12) << "row " << i;
+          EXPECT_NEAR(naive.o[e], sunk.o[e], 0.05) << "row " << i;
+        }
+      }
+    }
+  }
+}
+
+// seqused: sequence b is the problem of its first seqused rows (the masks align to them); the unused
+// query rows hold 0 in the results.
+TEST(ForwardFp64, SequsedEqualsTheShorterProblem) {
+  for (const bool varlen : {false, true}) {
+    Problem p{.batch = 3, .seqlen_q = 5, .seqlen_k = 6, .heads_q = 2, .heads_kv = 1, .head_dim = 4, .causal = true,
+              .seqused_q = {3, 0, 5}, .seqused_k = {2, 4, 0}};
+    if (varlen) {
+      p.cu_seqlens_q = {0, 5, 10, 15};
+      p.cu_seqlens_k = {0, 6, 12, 18};
+    }
+    SCOPED_TRACE(to_string(p));
+    const std::uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed_trace(seed));
+    const Inputs in = random_inputs(p, Precision::bf16, seed);
+    const ForwardResult64 result = forward_fp64(p, in.q, in.k, in.v);
+    for (int b = 0; b < p.batch; ++b) {
+      Problem single{.seqlen_q = p.seqused_q[b], .seqlen_k = p.seqused_k[b], .heads_q = 2, .heads_kv = 1,
+                     .head_dim = 4, .causal = true};
+      const auto rows = [](const std::vector<float>& x, std::size_t first, std::size_t count) {
+        return std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first),
+                                  x.begin() + static_cast<std::ptrdiff_t>(first + count));
+      };
+      const ForwardResult64 alone = forward_fp64(single, rows(in.q, p.q_index(b, 0, 0), single.q_elements()),
+                                                 rows(in.k, p.kv_index(b, 0, 0), single.kv_elements()),
+                                                 rows(in.v, p.kv_index(b, 0, 0), single.kv_elements()));
+      for (int h = 0; h < p.heads_q; ++h) {
+        for (int i = 0; i < p.seqlen_q; ++i) {
+          const bool used = i < p.seqused_q[b];
+          const double lse = result.lse[p.lse_index(b, h, i)];
+          EXPECT_EQ(lse, used ? alone.lse[single.lse_index(0, h, i)] : 0.0) << "sequence " << b << " row " << i;
+          for (int d = 0; d < p.head_dim; ++d) {
+            const double o = result.o[p.q_index(b, i, h) + d];
+            EXPECT_EQ(o, used ? alone.o[single.q_index(0, i, h) + d] : 0.0) << "sequence " << b << " row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ForwardFp64, RejectsInconsistentArguments) {
   const Problem p{.seqlen_q = 2, .seqlen_k = 3, .heads_q = 3, .heads_kv = 2, .head_dim = 4};
   const std::vector<float> q(p.q_elements()), kv(p.kv_elements());
@@ -149,6 +224,17 @@ TEST(ForwardFp64, RejectsInconsistentArguments) {
   EXPECT_THROW(validate(varlen), std::invalid_argument);
   varlen.cu_seqlens_k = {0, 3, 4};  // batch + 2 offsets
   EXPECT_THROW(validate(varlen), std::invalid_argument);
+  Problem used = mha;
+  used.seqused_q = {3};  // more rows than the span's 2
+  EXPECT_THROW(validate(used), std::invalid_argument);
+  used.seqused_q = {1, 1};  // batch + 1 entries
+  EXPECT_THROW(validate(used), std::invalid_argument);
+  used.seqused_q = {};
+  used.seqused_k = {-1};
+  EXPECT_THROW(validate(used), std::invalid_argument);
+  Problem sunk = mha;
+  sunk.sink = {0.0f, 1.0f};  // heads_q = 1
+  EXPECT_THROW(validate(sunk), std::invalid_argument);
 }
 
 // The property tests below run over these configurations, which cover every option.

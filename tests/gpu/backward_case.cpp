@@ -162,6 +162,42 @@ std::vector<float> extract(const Tensor16& t, ref::Precision precision, const st
   return within_tolerance(what, compare(kernel, exact), compare(naive, exact), gradient_floor(exact, floor));
 }
 
+// Rows past seqused (flash4.h: left untouched) must still hold their poison, a NaN: o, lse and dq of unused
+// query rows, dk and dv of unused key rows. They are then set to the reference's 0, so that the tolerance
+// rule compares the used rows only.
+::testing::AssertionResult take_unused_rows(const ref::Problem& p, std::vector<float>& o, std::vector<float>& lse,
+                                            std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
+  // `width` values of `values` from `first`: o and dv rows hold head_dim_v, dq and dk rows head_dim.
+  const auto take = [](std::vector<float>& values, std::size_t first, int width, const char* name, int b, int row)
+      -> ::testing::AssertionResult {
+    for (std::size_t e = first; e < first + static_cast<std::size_t>(width); ++e) {
+      if (!std::isnan(values[e])) {
+        return ::testing::AssertionFailure() << name << " of unused row " << row << " of sequence " << b << " was written";
+      }
+      values[e] = 0.0f;
+    }
+    return ::testing::AssertionSuccess();
+  };
+  for (int b = 0; b < p.batch; ++b) {
+    for (int i = p.seq_q(b); i < p.span_q(b); ++i) {
+      for (int h = 0; h < p.heads_q; ++h) {
+        if (auto r = take(o, p.o_index(b, i, h), p.dim_v(), "o", b, i); !r) return r;
+        if (auto r = take(dq, p.q_index(b, i, h), p.head_dim, "dq", b, i); !r) return r;
+        float& l = lse[p.lse_index(b, h, i)];
+        if (!std::isnan(l)) return ::testing::AssertionFailure() << "lse of unused row " << i << " was written";
+        l = 0.0f;
+      }
+    }
+    for (int j = p.seq_k(b); j < p.span_k(b); ++j) {
+      for (int h = 0; h < p.heads_kv; ++h) {
+        if (auto r = take(dk, p.kv_index(b, j, h), p.head_dim, "dk", b, j); !r) return r;
+        if (auto r = take(dv, p.v_index(b, j, h), p.dim_v(), "dv", b, j); !r) return r;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace
 
 std::string BackwardCase::name() const {
@@ -180,7 +216,12 @@ std::string BackwardCase::name() const {
   s << "_h" << heads_q << "x" << heads_kv << (causal ? "_causal" : "")
     << (window_left >= 0 || window_right >= 0 ? "_win" + std::to_string(window_left) + "," + std::to_string(window_right) : "")
     << (softcap > 0 ? "_softcap" : "") << (strided ? "_strided" : "")
-    << (deterministic ? "_deterministic" : "");
+    << (deterministic ? "_deterministic" : "") << (sink.empty() ? "" : "_sink");
+  for (const auto& [prefix, used] : {std::pair{"_usedq", &seqused_q}, std::pair{"_usedk", &seqused_k}}) {
+    if (used->empty()) continue;
+    s << prefix;
+    for (std::size_t b = 0; b < used->size(); ++b) s << (b ? "," : "") << (*used)[b];
+  }
   return s.str();
 }
 
@@ -206,6 +247,9 @@ ref::Problem BackwardCase::problem() const {
       p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + varlen_k[b]);
     }
   }
+  p.sink = sink;
+  p.seqused_q = seqused_q;
+  p.seqused_k = seqused_k;
   return p;
 }
 
@@ -217,12 +261,15 @@ struct BackwardDevice::State {
   std::size_t lse_count = 0;
   DeviceBuffer lse;
   DeviceBuffer cu_seqlens_q, cu_seqlens_k;
+  DeviceBuffer sink, seqused_q, seqused_k;
+  DeviceBuffer dsink;  // heads_q floats between poisoned guards
   DeviceBuffer workspace;  // workspace_bytes followed by kWorkspaceGuardBytes of poison
   std::size_t workspace_bytes = 0;
   std::vector<std::uint16_t> o_written;  // o's and lse's buffers as the forward left them
   std::vector<std::uint32_t> lse_written;
 
   float* lse_data() const { return static_cast<float*>(lse.get()) + kGuardElements; }
+  float* dsink_data() const { return dsink.get() ? static_cast<float*>(dsink.get()) + kGuardElements : nullptr; }
 
   // The fields both params structs share.
   template <class Params>
@@ -256,6 +303,9 @@ struct BackwardDevice::State {
       p.total_q = problem.rows_q();
       p.total_k = problem.rows_k();
     }
+    p.sink = static_cast<const float*>(sink.get());
+    p.seqused_q = static_cast<const std::int32_t*>(seqused_q.get());
+    p.seqused_k = static_cast<const std::int32_t*>(seqused_k.get());
   }
 };
 
@@ -287,6 +337,16 @@ BackwardDevice::BackwardDevice(const BackwardCase& c, const ref::Inputs& in) : s
     s.cu_seqlens_k = DeviceBuffer(s.problem.cu_seqlens_k.size() * sizeof(std::int32_t));
     s.cu_seqlens_q.upload(s.problem.cu_seqlens_q);
     s.cu_seqlens_k.upload(s.problem.cu_seqlens_k);
+  }
+  if (!c.sink.empty()) {
+    s.sink = DeviceBuffer(c.sink.size() * sizeof(float));
+    s.sink.upload(c.sink);
+    s.dsink = DeviceBuffer((c.sink.size() + 2 * kGuardElements) * sizeof(float));
+  }
+  for (const auto& [buffer, used] : {std::pair{&s.seqused_q, &c.seqused_q}, std::pair{&s.seqused_k, &c.seqused_k}}) {
+    if (used->empty()) continue;
+    *buffer = DeviceBuffer(used->size() * sizeof(std::int32_t));
+    buffer->upload(*used);
   }
 }
 
@@ -331,6 +391,7 @@ flash4_bwd_params BackwardDevice::bwd_params() const {
   p.dq_strides = s.dq.strides;
   p.dk_strides = s.dk.strides;
   p.dv_strides = s.dv.strides;
+  p.dsink = s.dsink_data();
   return p;
 }
 
@@ -348,6 +409,7 @@ flash4_status BackwardDevice::backward(std::optional<std::size_t> workspace_byte
   for (const Tensor16* gradient : {&s.dq, &s.dk, &s.dv}) {
     cudaMemset(gradient->buffer.get(), kPoisonByte, gradient->buffer.bytes());
   }
+  if (s.dsink.get() != nullptr) cudaMemset(s.dsink.get(), kPoisonByte, s.dsink.bytes());
   p.workspace = s.workspace_bytes > 0 ? s.workspace.get() : nullptr;
   p.workspace_bytes = s.workspace_bytes;
   return flash4_bwd(&p, nullptr);
@@ -366,6 +428,13 @@ std::vector<float> BackwardDevice::dv() const {
   return extract(state_->dv, state_->precision, state_->dv.buffer.download<std::uint16_t>());
 }
 
+std::vector<float> BackwardDevice::dsink() const {
+  if (state_->dsink.get() == nullptr) return {};
+  const std::vector<float> all = state_->dsink.download<float>();
+  const auto first = all.begin() + static_cast<std::ptrdiff_t>(kGuardElements);
+  return {first, first + static_cast<std::ptrdiff_t>(state_->c.sink.size())};
+}
+
 std::vector<float> BackwardDevice::lse() const {
   const std::vector<float> all = state_->lse.download<float>();
   const auto first = all.begin() + static_cast<std::ptrdiff_t>(kGuardElements);
@@ -376,6 +445,10 @@ std::vector<std::uint16_t> BackwardDevice::gradient_bits() const {
   std::vector<std::uint16_t> bits;
   for (const Tensor16* gradient : {&state_->dq, &state_->dk, &state_->dv}) {
     const std::vector<std::uint16_t> image = gradient->buffer.download<std::uint16_t>();
+    bits.insert(bits.end(), image.begin(), image.end());
+  }
+  if (state_->dsink.get() != nullptr) {
+    const std::vector<std::uint16_t> image = state_->dsink.download<std::uint16_t>();
     bits.insert(bits.end(), image.begin(), image.end());
   }
   return bits;
@@ -405,6 +478,14 @@ std::vector<std::uint16_t> BackwardDevice::gradient_bits() const {
   for (const Tensor16* gradient : {&s.dq, &s.dk, &s.dv}) {
     if (auto poisoned = outside_poisoned(*gradient, gradient->buffer.download<std::uint16_t>()); !poisoned) {
       return poisoned;
+    }
+  }
+  if (s.dsink.get() != nullptr) {
+    const std::vector<std::uint32_t> dsink_now = s.dsink.download<std::uint32_t>();
+    for (std::size_t e = 0; e < kGuardElements; ++e) {
+      if (dsink_now[e] != kPoison32 || dsink_now[kGuardElements + s.c.sink.size() + e] != kPoison32) {
+        return ::testing::AssertionFailure() << "dsink guard element " << e << " was overwritten";
+      }
     }
   }
   const std::vector<std::uint8_t> workspace = s.workspace.download<std::uint8_t>();
@@ -440,18 +521,21 @@ BackwardOutcome run_backward_case(const BackwardCase& c) {
   if (outcome.calls = cuda_ok(cudaDeviceSynchronize(), "backward kernel"); !outcome.calls) return outcome;
 
   const double floor = c.dtype == FLASH4_DTYPE_BF16 ? kBf16NoiseFloor : kFp16NoiseFloor;
+  std::vector<float> o = device.o(), lse = device.lse(), dq = device.dq(), dk = device.dk(), dv = device.dv();
+  outcome.unused_rows = take_unused_rows(problem, o, lse, dq, dk, dv);
   {
     const ref::ForwardResult64 exact = ref::forward_fp64(problem, in.q, in.k, in.v);
     const ref::ForwardResult32 naive = ref::forward_naive(problem, precision, in.q, in.k, in.v);
-    outcome.o = within_tolerance("O", compare(device.o(), exact.o), compare(naive.o, exact.o), floor);
-    outcome.lse = within_tolerance("LSE", compare(device.lse(), exact.lse), compare(naive.lse, exact.lse), floor);
+    outcome.o = within_tolerance("O", compare(o, exact.o), compare(naive.o, exact.o), floor);
+    outcome.lse = within_tolerance("LSE", compare(lse, exact.lse), compare(naive.lse, exact.lse), floor);
   }
   const ref::BackwardResult64 exact = ref::backward_fp64(problem, in.q, in.k, in.v, in.dout);
   // The baseline takes delta from the O the kernel's backward was given (ref::backward_naive).
-  const ref::BackwardResult32 naive = ref::backward_naive(problem, precision, in.q, in.k, in.v, in.dout, device.o());
-  outcome.dq = gradient_within_tolerance("dQ", device.dq(), naive.dq, exact.dq, floor);
-  outcome.dk = gradient_within_tolerance("dK", device.dk(), naive.dk, exact.dk, floor);
-  outcome.dv = gradient_within_tolerance("dV", device.dv(), naive.dv, exact.dv, floor);
+  const ref::BackwardResult32 naive = ref::backward_naive(problem, precision, in.q, in.k, in.v, in.dout, o);
+  outcome.dq = gradient_within_tolerance("dQ", dq, naive.dq, exact.dq, floor);
+  outcome.dk = gradient_within_tolerance("dK", dk, naive.dk, exact.dk, floor);
+  outcome.dv = gradient_within_tolerance("dV", dv, naive.dv, exact.dv, floor);
+  outcome.dsink = gradient_within_tolerance("dsink", device.dsink(), naive.dsink, exact.dsink, floor);
   outcome.untouched = device.untouched();
   return outcome;
 }

@@ -39,6 +39,9 @@ struct BackwardCase {
   // there (and not into the next head's row, where a later correct write could hide it).
   bool strided = false;
   bool deterministic = false;
+  std::vector<float> sink = {};       // learnable sink logits, one per query head; empty: none
+  std::vector<int> seqused_q = {};    // rows each sequence uses (one per sequence); empty: all
+  std::vector<int> seqused_k = {};
 
   std::string name() const;
   ref::Problem problem() const;
@@ -57,6 +60,9 @@ struct BackwardOutcome {
   ::testing::AssertionResult dq = ::testing::AssertionSuccess();
   ::testing::AssertionResult dk = ::testing::AssertionSuccess();
   ::testing::AssertionResult dv = ::testing::AssertionSuccess();
+  ::testing::AssertionResult dsink = ::testing::AssertionSuccess();  // with sinks
+  // Rows past seqused: o, lse and dq of unused query rows and dk, dv of unused key rows keep their poison.
+  ::testing::AssertionResult unused_rows = ::testing::AssertionSuccess();
   // Guard regions, padding of strided outputs, the workspace's tail, and the inputs flash4_bwd must not write.
   ::testing::AssertionResult untouched = ::testing::AssertionSuccess();
 };
@@ -92,7 +98,9 @@ class BackwardDevice {
   std::vector<float> dq() const;
   std::vector<float> dk() const;
   std::vector<float> dv() const;
-  // The raw 16-bit patterns of dq, dk and dv (guards and padding included), for bit-exact comparison.
+  std::vector<float> dsink() const;  // empty without sinks
+  // The raw 16-bit patterns of dq, dk and dv (guards and padding included) and of dsink, for bit-exact
+  // comparison.
   std::vector<std::uint16_t> gradient_bits() const;
   // Every element that is not part of a written tensor still holds its poison, and no input changed.
   ::testing::AssertionResult untouched() const;

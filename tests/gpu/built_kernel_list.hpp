@@ -31,4 +31,12 @@ inline std::vector<BuiltKernel> built_backward_kernels() {
 
 #undef FLASH4_TEST_ADD_BUILT
 
+// The configuration of single-case tests: bf16 D = 128 when built, else the first kernel of the list.
+inline BuiltKernel main_of(const std::vector<BuiltKernel>& kernels) {
+  for (const BuiltKernel& kernel : kernels) {
+    if (kernel.dtype == FLASH4_DTYPE_BF16 && kernel.head_dim == 128) return kernel;
+  }
+  return kernels.front();
+}
+
 }  // namespace flash4::test

@@ -30,14 +30,7 @@ std::vector<BuiltKernel> built_kernels() { return built_backward_kernels(); }
 
 bool is_main(const BuiltKernel& kernel) { return kernel.dtype == FLASH4_DTYPE_BF16 && kernel.head_dim == 128; }
 
-// The configuration of the single-case tests: bf16 D = 128 when built, else the first kernel built.
-BuiltKernel main_kernel() {
-  const std::vector<BuiltKernel> kernels = built_kernels();
-  for (const BuiltKernel& kernel : kernels) {
-    if (is_main(kernel)) return kernel;
-  }
-  return kernels.front();
-}
+BuiltKernel main_kernel() { return main_of(built_kernels()); }
 
 // Sequence lengths from the FA3/FA4 test suites: tails of every size around the 128-row tiles.
 const std::vector<int> kOddLengths = {1, 17, 113, 239, 799};

@@ -129,6 +129,21 @@ def test_varlen_bwd_params():
     assert (p.max_seqlen_q, p.max_seqlen_k, p.total_q, p.total_k) == (6, 4, 10, 7)
 
 
+def test_sink_and_seqused_fill_the_appended_fields():
+    q = torch.zeros(2, 16, 4, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 4, 16)
+    sink, dsink = torch.zeros(4), torch.zeros(4)
+    used_q, used_k = torch.zeros(2, dtype=torch.int32), torch.zeros(2, dtype=torch.int32)
+    extras = _launch.Extras(sink, used_q, used_k)
+    p = _launch.fwd_params(q, q, q, q, lse, OPTIONS, extras=extras)
+    assert (p.sink, p.seqused_q, p.seqused_k) == (sink.data_ptr(), used_q.data_ptr(), used_k.data_ptr())
+    p = _launch.bwd_params(q, q, q, q, q, lse, q, q, q, OPTIONS, extras=extras, dsink=dsink)
+    assert (p.sink, p.dsink, p.seqused_q, p.seqused_k) == (sink.data_ptr(), dsink.data_ptr(), used_q.data_ptr(),
+                                                           used_k.data_ptr())
+    p = _launch.bwd_params(q, q, q, q, q, lse, q, q, q, OPTIONS)
+    assert (p.sink, p.dsink, p.seqused_q, p.seqused_k) == (None, None, None, None)
+
+
 def test_c_side_accepts_the_filled_struct_and_reports_its_checks(stub_library):
     lib = open_library(stub_library)
     q = torch.zeros(1, 16, 6, 64, dtype=torch.bfloat16)
@@ -157,6 +172,15 @@ def test_the_real_library_validates_the_filled_struct(real_library):
     varlen = _launch.Varlen(torch.tensor([0, 60, 200], dtype=torch.int32),
                             torch.tensor([0, 40, 140], dtype=torch.int32), 140, 100)
     params = _launch.bwd_params(q[0], q[0], k[0], k[0], o[0], lse[0], dq[0], dk[0], dv[0], OPTIONS, varlen)
+    _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
+
+    # The backward with sinks needs the tensor for their gradient, named in the message.
+    sink = torch.zeros(8)
+    params = _launch.bwd_params(q, q, k, k, o, lse, dq, dk, dv, OPTIONS, extras=_launch.Extras(sink))
+    with pytest.raises(_abi.Flash4Error, match="FLASH4_ERROR_NULL_POINTER.*dsink is NULL"):
+        _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
+    params = _launch.bwd_params(q, q, k, k, o, lse, dq, dk, dv, OPTIONS, extras=_launch.Extras(sink),
+                                dsink=torch.zeros(8))
     _abi.check(lib, "flash4_bwd_check", lib.flash4_bwd_check(ctypes.byref(params)))
 
     k3 = torch.zeros(2, 70, 3, 128, dtype=torch.bfloat16)

@@ -115,7 +115,10 @@ BAD_ARGUMENTS = [
     (lambda: {"num_splits": 4}, NotImplementedError, r"num_splits=4 is not supported by flash4 \(only 1 or 0\)"),
     (lambda: {"pack_gqa": True}, NotImplementedError, r"pack_gqa=True is not supported by flash4 \(only None\)"),
     (lambda: {"sm_margin": 8}, NotImplementedError, r"sm_margin=8 is not supported"),
-    (lambda: {"learnable_sink": t(8, dtype=torch.float32)}, NotImplementedError, "learnable_sink=.* is not supported"),
+    (lambda: {"learnable_sink": t(3, dtype=torch.float32)}, ValueError,
+     r"learnable_sink has shape \(3,\); it must be \(heads_q,\) = \(8,\)"),
+    (lambda: {"learnable_sink": t(8, dtype=torch.int32)}, TypeError, "learnable_sink has dtype torch.int32"),
+    (lambda: {"learnable_sink": t(8, dtype=torch.float32, device="cpu")}, ValueError, "learnable_sink is on cpu"),
     (lambda: {"num_splits": 1.0}, NotImplementedError, r"num_splits=1.0 is not supported"),
     (lambda: {"seqused_q": t(3, dtype=torch.int32)}, TypeError, "unexpected keyword argument 'seqused_q'"),
     (lambda: {"windowsize": (1, 1)}, TypeError, "unexpected keyword argument 'windowsize'"),
@@ -202,8 +205,10 @@ def varlen_call_with(**replace):
         (lambda: {"k": t(90, 3, 64), "v": t(90, 3, 64)}, ValueError, "q has 8 heads, not a multiple of k's 3"),
         (lambda: {"block_table": t(3, 4, dtype=torch.int32)}, ValueError,
          r"k must be 4-D \(num_pages, page_size, heads, head_dim\) with block_table"),
-        (lambda: {"seqused_q": t(3, dtype=torch.int32)}, NotImplementedError, "seqused_q=.* is not supported"),
-        (lambda: {"seqused_k": t(3, dtype=torch.int32)}, NotImplementedError, "seqused_k=.* is not supported"),
+        (lambda: {"seqused_q": t(2, dtype=torch.int32)}, ValueError,
+         r"seqused_q must be 1-D with one entry per sequence \(3\)"),
+        (lambda: {"seqused_k": t(3, dtype=torch.int64)}, TypeError, "seqused_k must have dtype torch.int32"),
+        (lambda: {"learnable_sink": t(2, dtype=torch.float32)}, ValueError, "learnable_sink has shape"),
         (lambda: {"dropout_p": 0.5}, NotImplementedError, "dropout_p=0.5"),
         (lambda: {"causal": 0}, TypeError, "causal must be a bool"),
     ],
@@ -216,6 +221,9 @@ def test_bad_varlen_argument(replace, error, message):
 def test_valid_varlen_arguments_pass():
     out, lse = varlen_call_with(causal=True, return_lse=True, seqused_q=None, seqused_k=None, block_table=None)
     assert out.shape == (100, 8, 64) and lse.shape == (8, 100)
+    used = t(3, dtype=torch.int32)
+    out = varlen_call_with(causal=True, seqused_q=used, seqused_k=used, learnable_sink=t(8, dtype=torch.float32))
+    assert out.shape == (100, 8, 64)
 
 
 def test_empty_varlen_batches_pass():

@@ -22,11 +22,12 @@ def launches(monkeypatch):
     """_launch.forward / backward as the reference math; records what the backward was asked to write into."""
     written = []
 
-    def forward(q, k, v, options, varlen=None):
-        assert varlen is None
+    def forward(q, k, v, options, varlen=None, extras=_launch.NO_EXTRAS):
+        assert varlen is None and extras == _launch.NO_EXTRAS
         return REFERENCE.forward(q, k, v, options.causal, options.softmax_scale, options.softcap)
 
-    def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None):
+    def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None, extras=_launch.NO_EXTRAS, dsink=None):
+        assert extras == _launch.NO_EXTRAS and dsink is None
         values = REFERENCE.backward(dout, q, k, v, out, lse, options.causal, options.softmax_scale, options.softcap)
         if grads is None:  # the unpacked layout: the launch allocates
             grads = tuple(value.clone() for value in values)
@@ -145,3 +146,48 @@ def test_the_checks_trace_under_torch_compile_without_graph_breaks(dynamic):
     cu = torch.tensor([0, 16], dtype=torch.int32)
     out = torch.compile(checked, backend="eager", fullgraph=True, dynamic=dynamic)(q, k, v, cu)
     assert torch.equal(out, q * 64**-0.5)
+
+
+def _sink_attention(q, k, v, sink, scale):
+    """Attention with one sink logit per head as plain torch math (fp64): the sink is a column of the softmax
+    without a value, not multiplied by the scale (FlashAttention-4's learnable_sink)."""
+    scores = torch.einsum("bshd,bthd->bhst", q, k) * scale
+    column = sink.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:3], 1)
+    probs = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+    return torch.einsum("bhst,bthd->bshd", probs, v)
+
+
+@pytest.mark.parametrize("sink_dtype", [torch.float32, torch.bfloat16])
+def test_sink_gradient_flows_through_the_eager_path(monkeypatch, sink_dtype):
+    # _launch as plain math: the forward takes the float32 sink the kernels read, the backward writes the sinks'
+    # gradient into the float32 dsink it is handed; the eager path returns it in the sink's own dtype.
+    options = OPTIONS._replace(causal=False, window_right=-1, softcap=0.0)
+    seen = {}
+
+    def forward(q, k, v, options_, varlen=None, extras=_launch.NO_EXTRAS):
+        seen["sink"] = extras.sink
+        out = _sink_attention(q, k, v, extras.sink, options_.softmax_scale)
+        return out, torch.zeros(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32)
+
+    def backward(dout, q, k, v, out, lse, options_, varlen=None, grads=None, extras=_launch.NO_EXTRAS, dsink=None):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v, extras.sink)]
+        with torch.enable_grad():  # autograd runs a backward with gradients off
+            grads = torch.autograd.grad(_sink_attention(*leaves, options_.softmax_scale), leaves, dout)
+        dsink.copy_(grads[3])
+        return grads[:3]
+
+    monkeypatch.setattr(_launch, "forward", forward)
+    monkeypatch.setattr(_launch, "backward", backward)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 6, 4, 8, dtype=F64, generator=g).requires_grad_() for _ in "qkv")
+    sink = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=sink_dtype, requires_grad=True)
+    out, _ = _eager.attention(_eager.Call(options, None, _eager.unpacked), q, k, v, sink=sink)
+    assert seen["sink"].dtype == torch.float32 and seen["sink"].is_contiguous()
+    dout = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v, sink), dout)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)] + [sink.detach().to(F64).requires_grad_()]
+    want = torch.autograd.grad(_sink_attention(*leaves, options.softmax_scale), leaves, dout)
+    assert got[3].dtype == sink_dtype
+    for got_grad, want_grad in zip(got, want):
+        torch.testing.assert_close(got_grad.to(F64), want_grad, rtol=1e-2, atol=1e-5)
+    assert want[3].abs().min() > 0  # the sink's gradient is not trivially zero

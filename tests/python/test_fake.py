@@ -140,6 +140,22 @@ def test_autograd_connects_varlen_fwd_to_varlen_bwd():
     assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
 
 
+@pytest.mark.parametrize("sink_dtype", [torch.float32, torch.bfloat16])
+def test_autograd_gives_the_sink_a_gradient_of_its_dtype(sink_dtype):
+    q, k, v = meta_inputs((2, 64, 8, 64), (2, 32, 2, 64), (2, 32, 2, 64))
+    sink = torch.zeros(8, dtype=sink_dtype, device="meta", requires_grad=True)
+    out, _ = torch.ops.flash4.fwd(q, k, v, *OPTIONS, sink)
+    out.sum().backward()
+    assert sink.grad.shape == (8,) and sink.grad.dtype == sink_dtype and q.grad.shape == q.shape
+    q, k, v = meta_inputs((100, 8, 128), (60, 4, 128), (60, 4, 128))
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    used = torch.empty(2, dtype=torch.int32, device="meta")
+    sink = torch.zeros(8, dtype=sink_dtype, device="meta", requires_grad=True)
+    out, _ = torch.ops.flash4.varlen_fwd(q, k, v, cu, cu, 64, 32, *OPTIONS, sink, used, used)
+    out.sum().backward()
+    assert sink.grad.shape == (8,) and sink.grad.dtype == sink_dtype and k.grad.shape == k.shape
+
+
 def fake_inputs(*shapes):
     return [torch.randn(*shape, dtype=torch.bfloat16, device="cuda", requires_grad=True) for shape in shapes]
 

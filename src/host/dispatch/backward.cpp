@@ -121,6 +121,10 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.num_tiles = plan.num_tiles;
   kp.cu_seqlens_q = p.cu_seqlens_q;
   kp.cu_seqlens_k = p.cu_seqlens_k;
+  kp.seqused_q = p.seqused_q;
+  kp.seqused_k = p.seqused_k;
+  kp.sink = p.sink;
+  kp.dsink = p.dsink;
   kp.has_softcap = p.softcap > 0.0f;
   kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
   kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;

@@ -57,7 +57,7 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
     return result;
   }
   result = check_workspace(p.workspace, p.workspace_bytes, forward_workspace_bytes(p),
-                           "this forward (causal, windowed or varlen) claims its tiles from a counter in",
+                           "this forward (causal, windowed, varlen or with seqused) claims its tiles from a counter in",
                            "flash4_fwd_workspace_size");
   if (result.status != FLASH4_SUCCESS) return result;
   DeviceInfo device;
@@ -104,7 +104,8 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
     kp.pages_per_sequence = (longest_k + p.page_size - 1) / p.page_size;
     kp.page_box_rows = page_box_rows;
   }
-  kp.store_o_with_tma = !varlen && plan.tile.stages_output();
+  // A TMA store clips at the tensor's end, not at a sequence's used rows: seqused_q needs the predicated stores.
+  kp.store_o_with_tma = !varlen && p.seqused_q == nullptr && plan.tile.stages_output();
   if (kp.store_o_with_tma) {
     std::string error;  // each consumer warpgroup stores its own rows
     const TmaView o_view =
@@ -129,6 +130,9 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.total_q = p.total_q;
   kp.cu_seqlens_q = p.cu_seqlens_q;
   kp.cu_seqlens_k = p.cu_seqlens_k;
+  kp.seqused_q = p.seqused_q;
+  kp.seqused_k = p.seqused_k;
+  kp.sink = p.sink;
   kp.has_softcap = p.softcap > 0.0f;
   kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
   kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;

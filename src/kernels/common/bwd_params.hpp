@@ -65,6 +65,10 @@ struct BwdKernelParams {
   int num_tiles;     // n_blocks_max * batch * heads_kv, claimed in order by the persistent grid's CTAs
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  const int* seqused_q;  // null: every row of a sequence's span is used (sequence_rows.hpp)
+  const int* seqused_k;
+  const float* sink;     // null: no learnable sinks; else heads_q logits, and dsink their gradient
+  float* dsink;
 
   float scale_log2;        // softmax scale * log2(e), or softcap * log2(e) with softcap
   float softcap_prescale;  // scale / softcap when softcap is on

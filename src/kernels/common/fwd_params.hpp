@@ -37,6 +37,9 @@ struct FwdKernelParams {
   int total_q;  // varlen: rows of q/o (the LSE row stride)
   const int* cu_seqlens_q;  // null: fixed length
   const int* cu_seqlens_k;
+  const int* seqused_q;     // null: every row of a sequence's span is used (sequence_rows.hpp)
+  const int* seqused_k;
+  const float* sink;        // null: no learnable sinks; else heads_q logits (natural log, unscaled)
 
   float scale_log2;        // softmax scale * log2(e), or softcap * log2(e) with softcap
   float softcap_prescale;  // scale / softcap when softcap is on

@@ -1,5 +1,5 @@
 // Implements host/fill.hpp: two tiny grid-stride kernels, one writing zero words into the rows of a strided
-// 4-D tensor, one writing a value into a float array. Architecture-independent; used where no attention
+// 4-D tensor, one writing a value (or per-head values) into a float array. Architecture-independent; used where no attention
 // kernel runs (empty problems), so their speed does not matter, only that they write exactly the extents.
 #include <cuda_runtime.h>
 
@@ -38,9 +38,11 @@ __global__ void zero_rows(ZeroRows t) {
   }
 }
 
-__global__ void fill_floats(float* data, std::int64_t count, float value) {
+__global__ void fill_floats(FloatFill f) {
   const std::int64_t step = std::int64_t{gridDim.x} * blockDim.x;
-  for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += step) data[i] = value;
+  for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < f.count; i += step) {
+    f.data[i] = f.per_head != nullptr ? f.per_head[i / f.run % f.heads] : f.value;
+  }
 }
 
 unsigned blocks_for(std::int64_t items) {
@@ -107,7 +109,7 @@ LaunchResult launch_fills(const FillPlan& plan, flash4_stream_t caller_stream) {
     if (const cudaError_t status = zero(f, stream); status != cudaSuccess) return cuda_failure(f.name, status);
   }
   for (const FloatFill& f : plan.floats) {
-    if (const cudaError_t status = launch(fill_floats, f.count, stream, f.data, f.count, f.value);
+    if (const cudaError_t status = launch(fill_floats, f.count, stream, f);
         status != cudaSuccess) {
       return cuda_failure(f.name, status);
     }

@@ -1,6 +1,6 @@
-// Host-side launch of one backward instantiation: preprocess (which zeroes the dQ accumulator), main
-// kernel, postprocess, in that order on the caller's stream. In deterministic mode the host has zeroed the
-// semaphores before.
+// Host-side launch of one backward instantiation: preprocess (which zeroes the dQ accumulator), the sinks'
+// gradient when there are sinks, main kernel, postprocess, in that order on the caller's stream. In
+// deterministic mode the host has zeroed the semaphores before.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/kernel.cuh"
 #include "kernels/sm90/bwd/prepost.cuh"
+#include "kernels/sm90/bwd/sink_grad.cuh"
 #include "kernels/sm90/shared_memory_limit.cuh"
 
 namespace flash4::sm90 {
@@ -19,6 +20,7 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
   const dim3 pre_grid((params.max_seqlen_q + kCfg.block_m + kRowsPerRowKernelCta - 1) / kRowsPerRowKernelCta,
                       params.heads_q, params.batch);
   bwd_preprocess_kernel<Element, kHeadDim><<<pre_grid, row_block, 0, stream>>>(params);
+  if (params.sink != nullptr) bwd_sink_grad_kernel<kHeadDim><<<params.heads_q, kSinkGradThreads, 0, stream>>>(params);
 
   constexpr auto* kSoftcapKernel = &bwd_kernel<Element, kHeadDim, true>;
   constexpr auto* kPlainKernel = &bwd_kernel<Element, kHeadDim, false>;

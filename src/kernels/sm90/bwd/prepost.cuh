@@ -82,7 +82,7 @@ struct LaneValues {
 };
 
 __device__ __forceinline__ SequenceRows query_rows(const BwdKernelParams& p, int batch) {
-  return sequence_rows(batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  return sequence_rows(batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_q, p.seqused_k);
 }
 
 __device__ __forceinline__ int64_t tensor_offset(const BwdKernelParams& p, const TensorStrides& strides, int batch,

@@ -61,7 +61,8 @@ __device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int l
   work.group_size = p.heads_q / p.heads_kv;
   work.first_head_q = work.head_kv * work.group_size;
   work.n0 = work.n_block * kBlockN;
-  const SequenceRows rows = sequence_rows(work.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  const SequenceRows rows = sequence_rows(work.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k,
+                                          p.seqused_q, p.seqused_k);
   work.q_row_base = rows.q_row_base;
   work.k_row_base = rows.k_row_base;
   work.seqlen_q = rows.seqlen_q;

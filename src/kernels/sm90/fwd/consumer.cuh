@@ -206,7 +206,7 @@ struct FwdConsumer {
       if (work.keys.count() > 0) attend(p, work, o, softmax, ring, q_full_parity);
       float inv_sum[2];
       float lse[2];
-      softmax.finish(inv_sum, lse);
+      softmax.finish(inv_sum, lse, p.sink != nullptr ? p.sink[work.head] * kLog2e : kNegInf);
       Epilogue::store(p, work, warpgroup, smem, work.m0 + row_in_tile(), o, inv_sum, lse);
       free_tile(bars, number);
     }

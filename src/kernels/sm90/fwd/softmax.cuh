@@ -17,6 +17,7 @@
 namespace flash4::sm90 {
 
 inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -130,14 +131,21 @@ struct RowSoftmax {
     }
   }
 
-  // Final per-row normalizer (1 / l, 0 for an empty row) and the natural-log LSE (-inf for an empty row).
-  __device__ __forceinline__ void finish(float (&inv_sum)[2], float (&lse)[2]) const {
+  // Final per-row normalizer of O (0 for an empty row) and the natural-log LSE (-inf for an empty row).
+  // sink_log2: the head's learnable sink logit times log2(e), or -inf without sinks. The sink is one more
+  // column without a value: it joins the row max (exactly, so that a large logit cannot overflow the sum),
+  // then the sum; O, accumulated against the old max, takes the move of the max in its normalizer. Without
+  // a sink the max does not move and this is 1 / l. A row that saw no key but has a sink gets O = 0 and
+  // LSE = the sink.
+  __device__ __forceinline__ void finish(float (&inv_sum)[2], float (&lse)[2], float sink_log2) const {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float total = quad_sum(sum[i]);
+      const float row_max = fmaxf(max_log2[i], sink_log2);
+      const float keep = row_max == max_log2[i] ? 1.0f : ex2_approx(max_log2[i] - row_max);
+      const float total = quad_sum(sum[i]) * keep + (sink_log2 == kNegInf ? 0.0f : ex2_approx(sink_log2 - row_max));
       const bool empty = !(total > 0.0f);
-      inv_sum[i] = empty ? 0.0f : 1.0f / total;
-      lse[i] = empty ? kNegInf : (max_log2[i] + __log2f(total)) * kLn2;
+      inv_sum[i] = empty ? 0.0f : keep / total;
+      lse[i] = empty ? kNegInf : (row_max + __log2f(total)) * kLn2;
     }
   }
 };

@@ -32,7 +32,8 @@ __device__ __forceinline__ void resolve_tile(const FwdKernelParams& p, int linea
   work.head = tile.head;
   work.head_kv = tile.head / (p.heads_q / p.heads_kv);
   work.m0 = tile.m_block * block_m;
-  const SequenceRows rows = sequence_rows(tile.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  const SequenceRows rows = sequence_rows(tile.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k,
+                                          p.seqused_q, p.seqused_k);
   work.q_row_base = rows.q_row_base;
   work.k_row_base = rows.k_row_base;
   work.seqlen_q = rows.seqlen_q;
