@@ -97,7 +97,7 @@ echo "$summary"
 # varlen epilogue, in one process per tool.
 echo "== compute-sanitizer (a small case of every kernel)"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*ForwardGrid.MatchesReference/bf16_*_b4_sq640_sk640_h12x4_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*:*KvcacheGrid.MatchesReference/bf16_d128_*_page64_*_splits4_*:*KvcacheBadValues*"}
+filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*ForwardGrid.MatchesReference/bf16_*_b4_sq640_sk640_h12x4_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*:*KvcacheGrid.MatchesReference/bf16_d128_*_page64_*_splits4_*:*KvcacheBadValues*:Paged/ForwardGrid.MatchesReference/bf16_d128_b1_sq128_sk128_h4x2_*varlen_page48_shuffled_*:Paged/ForwardGrid.MatchesReference/bf16_d128_*badpage*:Sm90/HeadDims.*/bf16_d40_*:Sm90/HeadDims.*/bf16_d192_dv128_b1_*_causal_*:Sm90/SinksAndSeqused.MatchReference/sink_gqa_causal:Sm90/SinksAndSeqused.MatchReference/seqused_varlen_sink"}
 if [ -x "$sanitizer" ]; then
   for tool in ${FLASH4_SANITIZE_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
