@@ -17,7 +17,8 @@
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
 # FLASH4_PYTHON=0 (skip tools/gpu-python.sh and the forward's Python-call rows, to run them as a command of their own), FLASH4_PREBUILT=DIR (no build:
 # DIR holds flash4-bench, flash4_gpu_tests and libflash4.so.0 built elsewhere and carried to the device; the tests
-# are then the GPU test binary alone, in FLASH4_TEST_SHARDS (default 8) parallel shards, and the Python part is skipped).
+# are then the GPU test binary alone, in FLASH4_TEST_SHARDS (default 8) parallel shards, plus pytest tests/python/gpu
+# against the carried library (pytest-gpu.log, bounded by FLASH4_PYTEST_TIMEOUT_S, default 300); gpu-python.sh is skipped).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 # FlashAttention-4's CuTe package, where ../shared/tools/fa4-peer.sh installed it on this machine, joins the
@@ -127,6 +128,14 @@ if [ -x "$soak_bin" ] && [ "${FLASH4_SOAK_PROBLEMS:-10000}" != 0 ]; then
       >>"$out/soak.log" 2>&1 || status=1
     echo "soak sample under memcheck: $(grep -E "ERROR SUMMARY" "$out/soak.log" | tail -1)"
   fi
+fi
+if [ -n "$prebuilt" ]; then
+  # The Python package's GPU tests against the carried library (a build of its own runs them in gpu-python.sh).
+  echo "== pytest tests/python/gpu"
+  FLASH4_LIBRARY=$prebuilt/libflash4.so.0 PYTHONPATH=$root/python PYTHONFAULTHANDLER=1 \
+    timeout --signal=INT --kill-after=20 "${FLASH4_PYTEST_TIMEOUT_S:-300}" python3 -m pytest -q -rfE \
+    -p no:cacheprovider "$root/tests/python/gpu" >"$out/pytest-gpu.log" 2>&1 || status=1
+  echo "pytest (GPU): $(grep -E '^=+ .*(passed|failed|error).* =+$' "$out/pytest-gpu.log" | tail -1)"
 fi
 fi  # tests
 
