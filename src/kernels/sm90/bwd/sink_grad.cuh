@@ -13,8 +13,9 @@ namespace flash4::sm90 {
 
 inline constexpr int kSinkGradThreads = 256;
 
-// grid: (heads_q). Templated on the head dim only so that each instantiation file (one per dtype and head
-// dim) defines its own kernel rather than the same symbol.
+// grid: (heads_q). The reduction does not depend on the head dim; the template parameter only keeps the kernel
+// beside the backward it belongs to (the bf16 and fp16 files of one head dim instantiate the same one, as
+// templates may).
 template <int kHeadDim>
 __global__ void __launch_bounds__(kSinkGradThreads) bwd_sink_grad_kernel(const __grid_constant__ BwdKernelParams p) {
   constexpr int kWarps = kSinkGradThreads / 32;
