@@ -139,7 +139,7 @@ typedef enum flash4_status {
   FLASH4_ERROR_UNSUPPORTED_DTYPE = 3,   /* dtype is not bf16 or fp16 (one this build lacks: NO_KERNEL) */
   FLASH4_ERROR_UNSUPPORTED_HEAD_DIM = 4,/* head_dim or head_dim_v not a multiple of 8 in [8, 256] */
   FLASH4_ERROR_HEAD_RATIO = 5,          /* heads_q is not a multiple of heads_kv */
-  FLASH4_ERROR_MISALIGNED = 6,          /* a pointer or stride breaks the 16-byte alignment TMA needs */
+  FLASH4_ERROR_MISALIGNED = 6,          /* a pointer or stride breaks the 16-byte alignment TMA needs (4 bytes for the int32 / fp32 arrays) */
   FLASH4_ERROR_INVALID_SIZE = 7,        /* a negative or zero size where a positive one is required */
   FLASH4_ERROR_INVALID_MASK = 8,        /* window/causal values that contradict each other */
   FLASH4_ERROR_INVALID_VARLEN = 9,      /* cu_seqlens / max_seqlen inconsistent with the other sizes */

@@ -13,10 +13,11 @@ import enum
 import struct
 
 # The bindings follow the 0.x header; the library must report this major version and at least MIN_VERSION
-# (flash4_version() encodes major * 10000 + minor * 100 + patch). Within a major version the structs stay
-# compatible because every call carries struct_size.
+# (flash4_version() encodes major * 10000 + minor * 100 + patch). Every call carries struct_size, so a newer
+# library serves older bindings; these bindings pass the layout of 0.2 (head_dim_v, paged, sink and seqused
+# fields), which an older library rejects, hence the minimum.
 ABI_MAJOR = 0
-MIN_VERSION = 100
+MIN_VERSION = 200
 
 
 class Status(enum.IntEnum):
@@ -87,7 +88,8 @@ _VARLEN_AND_WORKSPACE_FIELDS = [
     ("workspace", ctypes.c_void_p),
     ("workspace_bytes", ctypes.c_size_t),
 ]
-# Appended to both structs after their first layout (which ends at the first of these).
+# The first field appended to both structs after their first layout (which ends where it begins); the
+# forward's paged fields and both structs' sink / seqused fields follow it below.
 _APPENDED_FIELDS = [
     ("head_dim_v", ctypes.c_int32),  # 0: equal to head_dim
 ]

@@ -118,7 +118,7 @@ def check_paged_qkv(q, k, v, block_table):
     head_dim = q.shape[-1]
     if head_dim not in HEAD_DIMS:
         raise NotImplementedError(
-            f"q has head_dim {head_dim}; flash4 implements head dims {', '.join(map(str, HEAD_DIMS))}"
+            f"q has head_dim {head_dim}; flash4 implements head dims that are multiples of 8 from 8 to 256"
         )
     if k.shape[-1] != head_dim:
         raise ValueError(f"k has head_dim {k.shape[-1]} but q has {head_dim}; q . k needs the same head_dim")

@@ -3,8 +3,9 @@
 At small shapes (decoding, batches of short sequences) the time to enqueue a call sets the speed. A
 torch.library.custom_op call runs several Python <-> C++ round trips through the dispatcher (and an autograd
 wrapper around them) before its Python kernel starts; here the forward is one torch.autograd.Function (or no
-autograd at all when no input needs a gradient) around flash4._launch, and the backward writes the gradients
-straight into the layout of the inputs autograd saw (one dqkv for a packed qkv, as FlashAttention does).
+autograd at all when no input needs a gradient) around flash4._launch, and the backward returns the gradients
+in the layout of the inputs autograd saw (one dqkv for a packed qkv, as FlashAttention does: the kernels write
+dq, dk and dv apart and they are copied into it).
 
 Used only when torch needs to see nothing (eager_call()); otherwise the public functions call the torch ops
 (flash4.ops), whose kernels run the same flash4._launch functions. The GPU tests compare the two paths.
@@ -53,7 +54,9 @@ def attention(call, *inputs, sink=None):
     if torch.is_grad_enabled():
         for t in (*inputs, sink):
             if t is not None and t.requires_grad:
-                return _Attention.apply(call, sink, *inputs), call.lse
+                out = _Attention.apply(call, sink, *inputs)
+                lse, call.lse = call.lse, None  # the graph keeps `call`: it need not keep the lse too
+                return out, lse
     return _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(_sink32(sink)))
 
 
@@ -82,7 +85,7 @@ class _Attention(torch.autograd.Function):
         call = ctx.call
         extras = call.extras(sink32)
         dsink = None if sink32 is None else torch.empty_like(sink32)
-        separate = _launch.backward(dout, *call.split(*inputs), out, lse, call.options, call.varlen, None, extras,
+        separate = _launch.backward(dout, *call.split(*inputs), out, lse, call.options, call.varlen, extras,
                                     dsink)
         dsink = None if dsink is None else dsink.to(ctx.sink_dtype)
         if call.split is unpacked:

@@ -273,21 +273,17 @@ def forward(q, k, v, options, varlen=None, block_table=None, extras=NO_EXTRAS):
     return out, lse
 
 
-def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None, extras=NO_EXTRAS, dsink=None):
-    """(dq, dk, dv) of flash4_bwd, written into `grads` (tensors TMA can address) when given, else new ones;
-    with extras.sink, the sinks' gradient goes into `dsink` (float32 (Hq,)). New gradients of rows past
-    seqused are zeros (the kernels leave those rows alone; autograd must not see torch.empty's leftovers)."""
+def backward(dout, q, k, v, out, lse, options, varlen=None, extras=NO_EXTRAS, dsink=None):
+    """(dq, dk, dv) of flash4_bwd, new tensors; with extras.sink, the sinks' gradient goes into `dsink` (float32
+    (Hq,)). Gradients of rows past seqused are zeros (the kernels leave those rows alone; autograd must not see
+    torch.empty's leftovers)."""
     (dout, dout_s), (q, q_s), (k, k_s), (v, v_s), (out, out_s) = (
         tma_ready(dout), tma_ready(q), tma_ready(k), tma_ready(v), tma_ready(out))
     lse = lse.contiguous()  # held here until the launch: see the module's docstring
-    if grads is None:
-        unused_rows = extras.seqused_q is not None or extras.seqused_k is not None
-        dq, dk, dv = (torch.zeros_like(t, memory_format=torch.contiguous_format) for t in (q, k, v)) if unused_rows \
-            else empty_grads(q, k, v)
-        grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
-    else:
-        dq, dk, dv = grads
-        grad_strides = (_strides(dq), _strides(dk), _strides(dv))
+    unused_rows = extras.seqused_q is not None or extras.seqused_k is not None
+    dq, dk, dv = (torch.zeros_like(t, memory_format=torch.contiguous_format) for t in (q, k, v)) if unused_rows \
+        else empty_grads(q, k, v)
+    grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
     strides = (q_s, k_s, v_s, out_s, dout_s, *grad_strides)
     run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides, extras, dsink), q.device)
     return dq, dk, dv

@@ -92,7 +92,7 @@ def bwd(
     _check_backward(dout, q, v, out, lse)
     extras = _extras(q, sink)
     _checks.check_dsink(dsink, extras.sink)
-    return _launch.backward(dout, q, k, v, out, lse, options, None, None, extras, dsink)
+    return _launch.backward(dout, q, k, v, out, lse, options, None, extras, dsink)
 
 
 @torch.library.custom_op("flash4::varlen_fwd", mutates_args=(), device_types="cuda")
@@ -131,7 +131,7 @@ def varlen_bwd(
     _check_backward(dout, q, v, out, lse)
     extras = _varlen_extras(q, cu_seqlens_q, sink, seqused_q, seqused_k)
     _checks.check_dsink(dsink, extras.sink)
-    return _launch.backward(dout, q, k, v, out, lse, options, varlen, None, extras, dsink)
+    return _launch.backward(dout, q, k, v, out, lse, options, varlen, extras, dsink)
 
 
 # The fake kernels check as the real ones do, so that a bad direct call fails the same way under tracing.

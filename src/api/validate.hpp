@@ -6,7 +6,7 @@
 //    may be 0: that is an empty problem (see is_empty below). It is validated like any other call, then runs
 //    no attention kernel: the shims write what it defines instead (host/empty_problem.hpp: o = 0 and
 //    lse = -inf when there are no keys, zero gradients), which launches nothing when there is nothing to write.
-//  - causal = 1 requires window_right in {-1, 0}; either is then treated as 0 (canonicalize below).
+//  - causal = 1 accepts any window_right >= -1 and reads it as 0 (canonicalize below), as FlashAttention does.
 //  - The workspace is not checked here: only the host planner knows how many bytes a call needs.
 #pragma once
 

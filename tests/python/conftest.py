@@ -25,7 +25,7 @@ STUB_SOURCE = r"""
 #include "flash4/flash4.h"
 
 #ifndef STUB_VERSION
-#define STUB_VERSION 100
+#define STUB_VERSION 200
 #endif
 #define STUB_BWD_WORKSPACE_BYTES 4096
 

@@ -34,7 +34,7 @@ from flash4._loader import open_library  # noqa: E402
 STUB_SOURCE = r"""
 #include "flash4/flash4.h"
 static flash4_status ok(size_t size, size_t expected) { return size == expected ? FLASH4_SUCCESS : FLASH4_ERROR_INVALID_STRUCT_SIZE; }
-int flash4_version(void) { return 100; }
+int flash4_version(void) { return 200; }
 const char* flash4_version_string(void) { return "stub"; }
 const char* flash4_status_string(flash4_status s) { (void)s; return "stub status"; }
 const char* flash4_last_error_message(void) { return ""; }

@@ -26,13 +26,10 @@ def launches(monkeypatch):
         assert varlen is None and extras == _launch.NO_EXTRAS
         return REFERENCE.forward(q, k, v, options.causal, options.softmax_scale, options.softcap)
 
-    def backward(dout, q, k, v, out, lse, options, varlen=None, grads=None, extras=_launch.NO_EXTRAS, dsink=None):
+    def backward(dout, q, k, v, out, lse, options, varlen=None, extras=_launch.NO_EXTRAS, dsink=None):
         assert extras == _launch.NO_EXTRAS and dsink is None
         values = REFERENCE.backward(dout, q, k, v, out, lse, options.causal, options.softmax_scale, options.softcap)
-        if grads is None:  # the unpacked layout: the launch allocates
-            grads = tuple(value.clone() for value in values)
-        for grad, value in zip(grads, values):
-            grad.copy_(value)
+        grads = tuple(value.clone() for value in values)  # the launch allocates
         written.append(grads)
         return grads
 
@@ -169,7 +166,7 @@ def test_sink_gradient_flows_through_the_eager_path(monkeypatch, sink_dtype):
         out = _sink_attention(q, k, v, extras.sink, options_.softmax_scale)
         return out, torch.zeros(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32)
 
-    def backward(dout, q, k, v, out, lse, options_, varlen=None, grads=None, extras=_launch.NO_EXTRAS, dsink=None):
+    def backward(dout, q, k, v, out, lse, options_, varlen=None, extras=_launch.NO_EXTRAS, dsink=None):
         leaves = [t.detach().requires_grad_() for t in (q, k, v, extras.sink)]
         with torch.enable_grad():  # autograd runs a backward with gradients off
             grads = torch.autograd.grad(_sink_attention(*leaves, options_.softmax_scale), leaves, dout)
