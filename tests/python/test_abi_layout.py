@@ -1,7 +1,7 @@
 """The ctypes mirror in flash4._abi against include/flash4/flash4.h, and the params the ops fill.
 
 Layout: gcc compiles the real header and prints sizeof/offsetof/_Alignof for every field the mirror
-declares; the header is also parsed for its field names, enum constants and exported functions, so a
+declares (and each field's own size); the header is also parsed for its field names, enum constants and exported functions, so a
 field, status or function added to the header without the mirror fails here.
 """
 
@@ -45,6 +45,8 @@ def test_sizes_offsets_and_alignment_match_gcc(compile_c):
         lines.append(f'printf("{c_name} alignof %zu\\n", _Alignof({c_name}));')
         for field, _ in struct._fields_:
             lines.append(f'printf("{c_name} {field} %zu\\n", offsetof({c_name}, {field}));')
+            # A field followed by padding could be too wide or too narrow with every offset still right.
+            lines.append(f'printf("{c_name} {field}.size %zu\\n", sizeof((({c_name}*)0)->{field}));')
     source = "#include <stddef.h>\n#include <stdio.h>\n#include \"flash4/flash4.h\"\nint main(void) {\n"
     source += "\n".join(lines) + "\nreturn 0;\n}\n"
     program = compile_c(source, "layout")
@@ -55,8 +57,9 @@ def test_sizes_offsets_and_alignment_match_gcc(compile_c):
     for c_name, struct in STRUCTS.items():
         py_layout[c_name, "sizeof"] = ctypes.sizeof(struct)
         py_layout[c_name, "alignof"] = ctypes.alignment(struct)
-        for field, _ in struct._fields_:
+        for field, ctype in struct._fields_:
             py_layout[c_name, field] = getattr(struct, field).offset
+            py_layout[c_name, f"{field}.size"] = ctypes.sizeof(ctype)
     assert py_layout == c_layout
 
 
