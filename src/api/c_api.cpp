@@ -1,7 +1,7 @@
 // The extern "C" entry points of flash4.h. Each one loads the caller's params (of any released layout),
-// validates them, and hands a valid, non-empty problem to the host layer (src/host/forward.hpp); a valid
-// empty problem gets the fills it defines instead (src/host/empty_problem.hpp: O = 0 and LSE = -inf for an
-// empty key set, zero gradients), or nothing at all when it has nothing to write.
+// validates them, and hands a valid, non-empty problem to the host layer (src/host/forward.hpp and
+// backward.hpp); a valid empty problem gets the fills it defines instead (src/host/empty_problem.hpp: O = 0
+// and LSE = -inf for an empty key set, zero gradients), or nothing at all when it has nothing to write.
 //
 // At the ABI boundary nothing throws, prints, exits or synchronizes. Every C++ exception is caught and
 // returned as FLASH4_ERROR_INTERNAL: std::bad_alloc means the host ran out of memory while planning, any other
@@ -16,6 +16,7 @@
 #include "api/validate.hpp"
 #include "flash4/flash4.h"
 #include "flash4_version.hpp"
+#include "host/backward.hpp"
 #include "host/empty_problem.hpp"
 #include "host/fill.hpp"
 #include "host/forward.hpp"

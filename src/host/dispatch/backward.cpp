@@ -1,5 +1,7 @@
-// Implements the backward half of host/forward.hpp: plan, check the workspace, zero the deterministic
-// mode's semaphores, encode the TMA maps, launch preprocess / main / postprocess on the caller's stream.
+// Implements host/backward.hpp: plan, check the workspace, zero the deterministic mode's semaphores, encode
+// the TMA maps, launch preprocess / main / postprocess on the caller's stream.
+#include "host/backward.hpp"
+
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "host/device_info.hpp"
 #include "host/dispatch/registry.hpp"
 #include "host/kernel_choice.hpp"
-#include "host/forward.hpp"
 #include "host/tma_descriptor.hpp"
 #include "host/workspace_check.hpp"
 
