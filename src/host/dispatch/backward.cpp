@@ -10,6 +10,7 @@
 
 #include "host/bwd_planner.hpp"
 #include "host/device_info.hpp"
+#include "host/dispatch/problem_fields.hpp"
 #include "host/dispatch/registry.hpp"
 #include "host/kernel_choice.hpp"
 #include "host/tma_descriptor.hpp"
@@ -17,8 +18,6 @@
 
 namespace flash4::host {
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
 
@@ -107,31 +106,16 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.tile_counter = reinterpret_cast<int*>(workspace + plan.workspace.tile_counter);
   kp.rows_per_head = plan.rows_per_head;
   kp.dq_copies = plan.dq_copies;
-  kp.batch = p.batch;
-  kp.seqlen_q = p.seqlen_q;
-  kp.seqlen_k = p.seqlen_k;
-  kp.heads_q = p.heads_q;
-  kp.heads_kv = p.heads_kv;
   kp.head_dim = key.head_dim;
   kp.cols = p.head_dim;
   kp.cols_v = head_dim_v;
-  kp.total_q = p.total_q;
   kp.max_seqlen_q = varlen ? p.max_seqlen_q : p.seqlen_q;
   kp.m_blocks_max = plan.m_blocks_max;
   kp.n_blocks_max = plan.n_blocks_max;
   kp.num_tiles = plan.num_tiles;
-  kp.cu_seqlens_q = p.cu_seqlens_q;
-  kp.cu_seqlens_k = p.cu_seqlens_k;
-  kp.seqused_q = p.seqused_q;
-  kp.seqused_k = p.seqused_k;
-  kp.sink = p.sink;
   kp.dsink = p.dsink;
-  kp.has_softcap = p.softcap > 0.0f;
-  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
-  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  set_problem_fields(kp, p, plan.window_left, plan.window_right);
   kp.softmax_scale = p.softmax_scale;
-  kp.window_left = plan.window_left;
-  kp.window_right = plan.window_right;
   kp.deterministic = p.deterministic;
 
   const cudaStream_t cuda_stream = reinterpret_cast<cudaStream_t>(stream);

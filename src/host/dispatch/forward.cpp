@@ -8,6 +8,7 @@
 #include <string>
 
 #include "host/device_info.hpp"
+#include "host/dispatch/problem_fields.hpp"
 #include "host/dispatch/registry.hpp"
 #include "host/kernel_choice.hpp"
 #include "host/planner.hpp"
@@ -17,8 +18,6 @@
 
 namespace flash4::host {
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Q uses (B, Sq, Hq, D), O (B, Sq, Hq, Dv); K (B, Sk, Hkv, D), V (B, Sk, Hkv, Dv): the true head dims, so that
 // loads zero-fill the kernel's columns past them and the O store stops at Dv (host/kernel_choice.hpp).
@@ -122,22 +121,7 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.o_stride_head = p.o_strides.head;
   kp.o_cols = head_dim_v;
   kp.lse = p.lse;
-  kp.batch = p.batch;
-  kp.seqlen_q = p.seqlen_q;
-  kp.seqlen_k = p.seqlen_k;
-  kp.heads_q = p.heads_q;
-  kp.heads_kv = p.heads_kv;
-  kp.total_q = p.total_q;
-  kp.cu_seqlens_q = p.cu_seqlens_q;
-  kp.cu_seqlens_k = p.cu_seqlens_k;
-  kp.seqused_q = p.seqused_q;
-  kp.seqused_k = p.seqused_k;
-  kp.sink = p.sink;
-  kp.has_softcap = p.softcap > 0.0f;
-  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
-  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
-  kp.window_left = plan.window_left;
-  kp.window_right = plan.window_right;
+  set_problem_fields(kp, p, plan.window_left, plan.window_right);
   kp.order = plan.order;
   kp.num_tiles = plan.order.num_tiles();
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);

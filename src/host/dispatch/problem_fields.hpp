@@ -1,0 +1,32 @@
+// The kernel-params fields the forward and the backward share, named alike in FwdKernelParams and
+// BwdKernelParams: sizes, varlen offsets, seqused, the sinks, the softcap and scale constants and the
+// window. One place fills them for both directions, so the two cannot drift apart.
+#pragma once
+
+namespace flash4::host {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// `p`: validated C params of either direction; the window edges come from the direction's plan.
+template <class KernelParams, class Params>
+void set_problem_fields(KernelParams& kp, const Params& p, int window_left, int window_right) {
+  kp.batch = p.batch;
+  kp.seqlen_q = p.seqlen_q;
+  kp.seqlen_k = p.seqlen_k;
+  kp.heads_q = p.heads_q;
+  kp.heads_kv = p.heads_kv;
+  kp.total_q = p.total_q;
+  kp.cu_seqlens_q = p.cu_seqlens_q;
+  kp.cu_seqlens_k = p.cu_seqlens_k;
+  kp.seqused_q = p.seqused_q;
+  kp.seqused_k = p.seqused_k;
+  kp.sink = p.sink;
+  // With softcap the kernels compute softcap * tanh(s * scale / softcap) and carry softcap into the exponent.
+  kp.has_softcap = p.softcap > 0.0f;
+  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
+  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  kp.window_left = window_left;
+  kp.window_right = window_right;
+}
+
+}  // namespace flash4::host
