@@ -10,6 +10,7 @@
 
 #include "host/bwd_planner.hpp"
 #include "host/device_info.hpp"
+#include "host/dispatch/no_kernel.hpp"
 #include "host/dispatch/problem_fields.hpp"
 #include "host/dispatch/registry.hpp"
 #include "host/kernel_choice.hpp"
@@ -40,14 +41,7 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   const int head_dim_v = value_head_dim(p);
   const KernelKey key{p.dtype, kernel_head_dim(p)};
   const BwdLaunchFn launch = key.head_dim != 0 ? find_bwd_kernel(key) : nullptr;
-  if (launch == nullptr) {
-    result.status = FLASH4_ERROR_NO_KERNEL;
-    result.message = "no backward kernel in this build serves head_dim " + std::to_string(p.head_dim) +
-                     ", head_dim_v " + std::to_string(head_dim_v) + " (" +
-                     KernelKey{p.dtype, needed_head_dim(p)}.to_string() + " or wider; built: " + built_bwd_kernels() +
-                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including one";
-    return result;
-  }
+  if (launch == nullptr) return no_kernel("backward", p, built_bwd_kernels());
   const BwdPlan plan = plan_backward(p, key.head_dim);
   // The bulk copies into and out of the workspace need 16-byte aligned addresses; its arrays sit at
   // 256-byte offsets from the base, so the base must have the workspace alignment.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "host/device_info.hpp"
+#include "host/dispatch/no_kernel.hpp"
 #include "host/dispatch/problem_fields.hpp"
 #include "host/dispatch/registry.hpp"
 #include "host/kernel_choice.hpp"
@@ -47,14 +48,7 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   const int head_dim_v = value_head_dim(p);
   const KernelKey key{p.dtype, serving_head_dim(built_forward_kernels(), p.dtype, needed_head_dim(p))};
   const FwdLaunchFn launch = key.head_dim != 0 ? find_fwd_kernel(key) : nullptr;
-  if (launch == nullptr) {
-    result.status = FLASH4_ERROR_NO_KERNEL;
-    result.message = "no forward kernel in this build serves head_dim " + std::to_string(p.head_dim) +
-                     ", head_dim_v " + std::to_string(head_dim_v) + " (" +
-                     KernelKey{p.dtype, needed_head_dim(p)}.to_string() + " or wider; built: " + built_fwd_kernels() +
-                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including one";
-    return result;
-  }
+  if (launch == nullptr) return no_kernel("forward", p, built_fwd_kernels());
   result = check_workspace(p.workspace, p.workspace_bytes, forward_workspace_bytes(p),
                            "this forward (causal, windowed, varlen or with seqused) claims its tiles from a counter in",
                            "flash4_fwd_workspace_size");
