@@ -20,8 +20,6 @@
 namespace flash4::host {
 namespace {
 
-TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
-
 // The head dim of the backward kernel that serves these params; 0 when this build has none.
 int kernel_head_dim(const flash4_bwd_params& params) {
   const int head_dim = serving_head_dim(built_backward_kernels(), params.dtype, needed_head_dim(params));

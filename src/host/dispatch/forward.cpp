@@ -110,9 +110,7 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
     }
   }
   kp.o = p.o;
-  kp.o_stride_batch = p.o_strides.batch;
-  kp.o_stride_seq = p.o_strides.seq;
-  kp.o_stride_head = p.o_strides.head;
+  kp.o_strides = strides_of(p.o_strides);
   kp.o_cols = head_dim_v;
   kp.lse = p.lse;
   set_problem_fields(kp, p, plan.window_left, plan.window_right);

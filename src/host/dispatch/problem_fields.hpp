@@ -1,11 +1,17 @@
 // The kernel-params fields the forward and the backward share, named alike in FwdKernelParams and
 // BwdKernelParams: sizes, varlen offsets, seqused, the sinks, the softcap and scale constants and the
-// window. One place fills them for both directions, so the two cannot drift apart.
+// window, and the strides in the kernels' own form. One place fills them for both directions, so the two
+// cannot drift apart.
 #pragma once
+
+#include "flash4/flash4.h"
+#include "kernels/common/tensor_strides.hpp"
 
 namespace flash4::host {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+
+inline TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
 
 // `p`: validated C params of either direction; the window edges come from the direction's plan.
 template <class KernelParams, class Params>

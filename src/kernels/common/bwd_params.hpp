@@ -7,15 +7,9 @@
 #include <cstdint>
 
 #include "kernels/common/bwd_tile_config.hpp"
+#include "kernels/common/tensor_strides.hpp"
 
 namespace flash4 {
-
-// Element strides of one (batch, seq, head, dim) tensor; batch is ignored in varlen mode.
-struct TensorStrides {
-  int64_t batch;
-  int64_t seq;
-  int64_t head;
-};
 
 struct BwdKernelParams {
   // 4-D maps over (head_dim, seq, head, batch) as in the forward; Q and dO boxes are block_m rows, K and V

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/common/mask.hpp"
+#include "kernels/common/tensor_strides.hpp"
 #include "kernels/common/tile_order.hpp"
 
 namespace flash4 {
@@ -23,9 +24,7 @@ struct FwdKernelParams {
   int store_o_with_tma;
 
   void* o;
-  int64_t o_stride_batch;  // elements; ignored in varlen mode
-  int64_t o_stride_seq;
-  int64_t o_stride_head;
+  TensorStrides o_strides;
   int o_cols;  // head_dim_v: the columns of O written (the kernel's head dim may be wider)
   float* lse;  // optional: (batch, heads_q, seqlen_q) or (heads_q, total_q) in varlen mode
 

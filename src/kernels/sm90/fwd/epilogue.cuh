@@ -82,15 +82,15 @@ struct FwdEpilogue {
       return;
     }
     constexpr int kChunksPerRow = kHeadDim * kElementBytes / 16;
-    Element* out = static_cast<Element*>(p.o) + (p.cu_seqlens_q ? 0 : int64_t(work.batch) * p.o_stride_batch) +
-                   int64_t(work.head) * p.o_stride_head;
+    Element* out = static_cast<Element*>(p.o) + (p.cu_seqlens_q ? 0 : int64_t(work.batch) * p.o_strides.batch) +
+                   int64_t(work.head) * p.o_strides.head;
 #pragma unroll 1  // unrolled, its addresses cost D = 96 a spill in the main loop
     for (int index = thread_in_group; index < kRows * kChunksPerRow; index += kWarpgroupThreads) {
       const int row = index / kChunksPerRow;
       const int col = index % kChunksPerRow * 8;
       if (tile_row0 + row >= work.seqlen_q || col >= p.o_cols) continue;
       const uint4 chunk = *reinterpret_cast<const uint4*>(staging + staged_offset(row, col));
-      *reinterpret_cast<uint4*>(out + (int64_t(work.q_row_base) + tile_row0 + row) * p.o_stride_seq + col) = chunk;
+      *reinterpret_cast<uint4*>(out + (int64_t(work.q_row_base) + tile_row0 + row) * p.o_strides.seq + col) = chunk;
     }
   }
 
@@ -140,8 +140,8 @@ struct FwdEpilogue {
       const int row = row0 + 8 * i;
       if (row >= work.seqlen_q) continue;
       const int64_t seq_row = int64_t(work.q_row_base) + row;
-      Element* out = static_cast<Element*>(p.o) + (p.cu_seqlens_q ? 0 : int64_t(work.batch) * p.o_stride_batch) +
-                     seq_row * p.o_stride_seq + int64_t(work.head) * p.o_stride_head;
+      Element* out = static_cast<Element*>(p.o) + (p.cu_seqlens_q ? 0 : int64_t(work.batch) * p.o_strides.batch) +
+                     seq_row * p.o_strides.seq + int64_t(work.head) * p.o_strides.head;
 #pragma unroll
       for (int k = 0; k < kHeadDim / 8; ++k) {
         const int col = 8 * k + 2 * (lane % 4);
