@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "host/kvcache_plan.hpp"
-#include "kernels/common/decode_config.hpp"
+#include "launch/decode_config.hpp"
 
 namespace flash4::api {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "flash4/flash4.h"
-#include "kernels/common/bwd_tile_config.hpp"
+#include "launch/bwd_tile_config.hpp"
 
 namespace flash4::host {
 

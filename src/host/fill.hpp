@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "flash4/flash4.h"
-#include "host/launch_result.hpp"
+#include "launch/launch_result.hpp"
 
 namespace flash4::host {
 

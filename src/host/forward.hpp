@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "flash4/flash4.h"
-#include "host/launch_result.hpp"
+#include "launch/launch_result.hpp"
 
 namespace flash4::host {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "flash4/flash4_kvcache.h"
-#include "host/launch_result.hpp"
+#include "launch/launch_result.hpp"
 
 namespace flash4::host {
 

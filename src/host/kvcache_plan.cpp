@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common/decode_config.hpp"
+#include "launch/decode_config.hpp"
 
 namespace flash4::host {
 namespace {

@@ -1,7 +1,7 @@
 // The host plan of a flash4_kvcache call: how the packed query rows are tiled, how many splits the key
 // range gets (the split-KV heuristic), the grid, and the workspace of the split partials. Pure host code,
 // unit-tested without a GPU (tests/cpu/test_kvcache_plan.cpp); the kernels count blocks the same way
-// (kernels/common/decode_config.hpp).
+// (launch/decode_config.hpp).
 #pragma once
 
 #include <cstddef>

@@ -6,8 +6,8 @@
 
 #include "flash4/flash4.h"
 #include "host/device_info.hpp"
-#include "kernels/common/fwd_tile_config.hpp"
 #include "kernels/common/tile_order.hpp"
+#include "launch/fwd_tile_config.hpp"
 
 namespace flash4::host {
 

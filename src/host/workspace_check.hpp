@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "host/launch_result.hpp"
+#include "launch/launch_result.hpp"
 
 namespace flash4::host {
 

@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/common/bwd_tile_config.hpp"
 #include "kernels/common/mask.hpp"
+#include "launch/bwd_tile_config.hpp"
 
 namespace flash4 {
 namespace {

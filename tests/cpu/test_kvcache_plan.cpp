@@ -9,9 +9,9 @@
 
 #include "flash4/flash4_kvcache.h"
 #include "host/kvcache_plan.hpp"
-#include "kernels/common/decode_config.hpp"
 #include "kernels/common/decode_work.hpp"
 #include "kernels/common/fast_divmod.hpp"
+#include "launch/decode_config.hpp"
 
 namespace flash4 {
 namespace {

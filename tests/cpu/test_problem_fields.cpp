@@ -7,8 +7,8 @@
 
 #include "cpu/validation_params.hpp"
 #include "host/dispatch/problem_fields.hpp"
-#include "kernels/common/bwd_params.hpp"
-#include "kernels/common/fwd_params.hpp"
+#include "launch/bwd_params.hpp"
+#include "launch/fwd_params.hpp"
 
 namespace flash4::validation_test {
 namespace {

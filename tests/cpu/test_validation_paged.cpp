@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "flash4/flash4.hpp"
-#include "kernels/common/fwd_tile_config.hpp"
 #include "kernels/common/paged_kv.hpp"
+#include "launch/fwd_tile_config.hpp"
 #include "validation_params.hpp"
 
 namespace flash4::validation_test {

@@ -17,11 +17,11 @@
 #include <utility>
 #include <vector>
 
-#include "gpu/built_kernel_list.hpp"
 #include "flash4/flash4.hpp"
 #include "gpu/backward_case.hpp"
+#include "gpu/built_kernel_list.hpp"
 #include "gpu/gpu_available.hpp"
-#include "kernels/common/bwd_tile_config.hpp"
+#include "launch/bwd_tile_config.hpp"
 
 namespace flash4::test {
 namespace {

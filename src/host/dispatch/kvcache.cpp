@@ -12,7 +12,7 @@
 #include "host/device_info.hpp"
 #include "host/kvcache_plan.hpp"
 #include "host/workspace_check.hpp"
-#include "kernels/common/decode_params.hpp"
+#include "launch/decode_params.hpp"
 
 namespace flash4::kernels {
 // Defined in the generated translation units (build/generated/decode_<dtype>_d<D>.cu).

@@ -6,7 +6,7 @@
 
 #include "host/dispatch/registry.hpp"
 #include "host/kernel_choice.hpp"
-#include "host/launch_result.hpp"
+#include "launch/launch_result.hpp"
 
 namespace flash4::host {
 

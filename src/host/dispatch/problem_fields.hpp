@@ -5,7 +5,7 @@
 #pragma once
 
 #include "flash4/flash4.h"
-#include "kernels/common/tensor_strides.hpp"
+#include "launch/tensor_strides.hpp"
 
 namespace flash4::host {
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "flash4/flash4.h"
-#include "kernels/common/bwd_params.hpp"
-#include "kernels/common/fwd_params.hpp"
+#include "launch/bwd_params.hpp"
+#include "launch/fwd_params.hpp"
 
 namespace flash4::host {
 

@@ -17,7 +17,6 @@
 // The softmax scale is left out of dS and applied once at the end (dK here, dQ in the postprocess).
 #pragma once
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/consumer_ops.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
@@ -27,6 +26,7 @@
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

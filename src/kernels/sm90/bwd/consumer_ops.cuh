@@ -7,7 +7,6 @@
 
 #include <type_traits>
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
@@ -15,6 +14,7 @@
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

@@ -21,7 +21,6 @@
 // reads of the previous P; syncing both sides cost nothing measurable at D = 256.)
 #pragma once
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/consumer_ops.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
@@ -33,6 +32,7 @@
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

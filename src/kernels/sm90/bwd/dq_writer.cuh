@@ -9,11 +9,11 @@
 // work run on meanwhile.
 #pragma once
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
 #include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

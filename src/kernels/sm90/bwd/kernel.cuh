@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/bwd/consumer.cuh"
 #include "kernels/sm90/bwd/consumer_roles.cuh"
@@ -21,6 +20,7 @@
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

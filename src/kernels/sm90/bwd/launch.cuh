@@ -5,11 +5,11 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/kernel.cuh"
 #include "kernels/sm90/bwd/prepost.cuh"
 #include "kernels/sm90/bwd/sink_grad.cuh"
 #include "kernels/sm90/shared_memory_limit.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

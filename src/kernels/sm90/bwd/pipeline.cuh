@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "kernels/common/bwd_tile_config.hpp"
 #include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/ring_position.cuh"
+#include "launch/bwd_tile_config.hpp"
 
 namespace flash4::sm90 {
 

@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/sequence_rows.hpp"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

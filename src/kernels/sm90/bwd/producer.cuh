@@ -5,13 +5,13 @@
 // the two 64-float row vectors with plain bulk copies from the workspace.
 #pragma once
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
 #include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

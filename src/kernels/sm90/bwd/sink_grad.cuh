@@ -6,8 +6,8 @@
 // are never read (their D is 0 anyway), and a row that saw no key contributes 0 (its O, hence D, is 0).
 #pragma once
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/sm90/bwd/prepost.cuh"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

@@ -20,9 +20,9 @@
 // which key block 0 reaches only after 2n steps, and the deterministic mode waited for it.)
 #pragma once
 
-#include "kernels/common/bwd_params.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_rows.hpp"
+#include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
 

@@ -10,9 +10,9 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/common/decode_params.hpp"
 #include "kernels/common/online_softmax.hpp"
 #include "kernels/sm90/ptx/math.cuh"
+#include "launch/decode_params.hpp"
 
 namespace flash4::decode {
 

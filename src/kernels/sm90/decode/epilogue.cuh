@@ -6,13 +6,13 @@
 
 #include <cstdint>
 
-#include "kernels/common/decode_config.hpp"
-#include "kernels/common/decode_params.hpp"
 #include "kernels/common/online_softmax.hpp"
 #include "kernels/sm90/decode/loader.cuh"
 #include "kernels/sm90/decode/warp_attention.cuh"
 #include "kernels/sm90/decode/work.cuh"
 #include "kernels/sm90/ptx/math.cuh"
+#include "launch/decode_config.hpp"
+#include "launch/decode_params.hpp"
 
 namespace flash4::decode {
 

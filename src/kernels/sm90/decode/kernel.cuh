@@ -8,14 +8,14 @@
 
 #include <cstdint>
 
-#include "kernels/common/decode_config.hpp"
-#include "kernels/common/decode_params.hpp"
 #include "kernels/sm90/decode/epilogue.cuh"
 #include "kernels/sm90/decode/loader.cuh"
 #include "kernels/sm90/decode/warp_attention.cuh"
 #include "kernels/sm90/decode/work.cuh"
 #include "kernels/sm90/ptx/cp_async.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
+#include "launch/decode_config.hpp"
+#include "launch/decode_params.hpp"
 
 namespace flash4::decode {
 

@@ -4,11 +4,11 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/common/decode_config.hpp"
-#include "kernels/common/decode_params.hpp"
 #include "kernels/sm90/decode/combine.cuh"
 #include "kernels/sm90/decode/kernel.cuh"
 #include "kernels/sm90/shared_memory_limit.cuh"
+#include "launch/decode_config.hpp"
+#include "launch/decode_params.hpp"
 
 namespace flash4::decode {
 

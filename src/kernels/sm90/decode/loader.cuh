@@ -8,10 +8,10 @@
 
 #include <cstdint>
 
-#include "kernels/common/decode_config.hpp"
-#include "kernels/common/decode_params.hpp"
 #include "kernels/sm90/decode/work.cuh"
 #include "kernels/sm90/ptx/cp_async.cuh"
+#include "launch/decode_config.hpp"
+#include "launch/decode_params.hpp"
 
 namespace flash4::decode {
 

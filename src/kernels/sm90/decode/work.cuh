@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
-#include "kernels/common/decode_config.hpp"
-#include "kernels/common/decode_params.hpp"
 #include "kernels/common/decode_work.hpp"
 #include "kernels/common/mask.hpp"
+#include "launch/decode_config.hpp"
+#include "launch/decode_params.hpp"
 
 namespace flash4::decode {
 

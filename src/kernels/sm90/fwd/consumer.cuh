@@ -15,7 +15,6 @@
 
 #include <type_traits>
 
-#include "kernels/common/fwd_params.hpp"
 #include "kernels/sm90/fwd/epilogue.cuh"
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/softmax.cuh"
@@ -23,6 +22,7 @@
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
+#include "launch/fwd_params.hpp"
 
 namespace flash4::sm90 {
 

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/fwd_params.hpp"
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/tile_work.cuh"
 #include "kernels/sm90/ptx/bulk.cuh"
@@ -18,6 +17,7 @@
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
+#include "launch/fwd_params.hpp"
 
 namespace flash4::sm90 {
 

@@ -5,14 +5,14 @@
 
 #include <cstdint>
 
-#include "kernels/common/fwd_params.hpp"
-#include "kernels/common/fwd_tile_config.hpp"
 #include "kernels/sm90/fwd/consumer.cuh"
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/producer.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
+#include "launch/fwd_params.hpp"
+#include "launch/fwd_tile_config.hpp"
 
 namespace flash4::sm90 {
 

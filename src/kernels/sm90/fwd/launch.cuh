@@ -5,10 +5,10 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/common/fwd_params.hpp"
-#include "kernels/common/fwd_tile_config.hpp"
 #include "kernels/sm90/fwd/kernel.cuh"
 #include "kernels/sm90/shared_memory_limit.cuh"
+#include "launch/fwd_params.hpp"
+#include "launch/fwd_tile_config.hpp"
 
 namespace flash4::sm90 {
 

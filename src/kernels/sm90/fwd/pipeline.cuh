@@ -4,11 +4,11 @@
 
 #include <cstdint>
 
-#include "kernels/common/fwd_tile_config.hpp"
 #include "kernels/common/tile_handout.hpp"
 #include "kernels/sm90/fwd/tile_work.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ring_position.cuh"
+#include "launch/fwd_tile_config.hpp"
 
 namespace flash4::sm90 {
 

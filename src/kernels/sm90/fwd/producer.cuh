@@ -6,11 +6,11 @@
 // cache each K / V block is assembled from boxes of the pages the block table names.
 #pragma once
 
-#include "kernels/common/fwd_params.hpp"
 #include "kernels/sm90/fwd/pipeline.cuh"
 #include "kernels/sm90/fwd/tile_work.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
 #include "kernels/sm90/ptx/tma.cuh"
+#include "launch/fwd_params.hpp"
 
 namespace flash4::sm90 {
 

@@ -3,10 +3,10 @@
 // (pipeline.cuh).
 #pragma once
 
-#include "kernels/common/fwd_params.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_rows.hpp"
 #include "kernels/common/tile_order.hpp"
+#include "launch/fwd_params.hpp"
 
 namespace flash4::sm90 {
 

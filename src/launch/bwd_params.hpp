@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "kernels/common/bwd_tile_config.hpp"
-#include "kernels/common/tensor_strides.hpp"
+#include "launch/bwd_tile_config.hpp"
+#include "launch/tensor_strides.hpp"
 
 namespace flash4 {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "kernels/common/mask.hpp"
-#include "kernels/common/tensor_strides.hpp"
 #include "kernels/common/tile_order.hpp"
+#include "launch/tensor_strides.hpp"
 
 namespace flash4 {
 

@@ -20,8 +20,8 @@
 // B/cycle).
 #pragma once
 
-#include "kernels/common/fwd_tile_config.hpp"
 #include "kernels/common/host_device.hpp"
+#include "launch/fwd_tile_config.hpp"
 
 namespace flash4 {
 
