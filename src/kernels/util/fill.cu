@@ -1,16 +1,14 @@
-// Implements host/fill.hpp: two tiny grid-stride kernels, one writing zero words into the rows of a strided
+// Implements launch/fill.hpp: two tiny grid-stride kernels, one writing zero words into the rows of a strided
 // 4-D tensor, one writing a value (or per-head values) into a float array. Architecture-independent; used where no attention
 // kernel runs (empty problems), so their speed does not matter, only that they write exactly the extents.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 
-#include "host/device_info.hpp"
-#include "host/fill.hpp"
+#include "launch/fill.hpp"
 
-namespace flash4::host {
+namespace flash4 {
 namespace {
 
 constexpr int kThreads = 256;
@@ -70,7 +68,9 @@ std::int64_t word_bytes(const ZeroFill& f) {
   return bytes;
 }
 
-cudaError_t zero(const ZeroFill& f, cudaStream_t stream) {
+}  // namespace
+
+cudaError_t launch_zero_fill(const ZeroFill& f, cudaStream_t stream) {
   const std::int64_t word = word_bytes(f);
   ZeroRows t{};
   t.base = static_cast<char*>(f.data);
@@ -90,31 +90,6 @@ cudaError_t zero(const ZeroFill& f, cudaStream_t stream) {
   }
 }
 
-LaunchResult cuda_failure(const char* name, cudaError_t status) {
-  cudaGetLastError();  // a failed launch is not sticky; do not leave it for the caller's next check
-  return LaunchResult{FLASH4_ERROR_CUDA, std::string("filling ") + name + " (empty problem): " +
-                                             cudaGetErrorString(status)};
-}
+cudaError_t launch_float_fill(const FloatFill& f, cudaStream_t stream) { return launch(fill_floats, f.count, stream, f); }
 
-}  // namespace
-
-LaunchResult launch_fills(const FillPlan& plan, flash4_stream_t caller_stream) {
-  if (plan.empty()) return {};
-  LaunchResult result;
-  DeviceInfo device;
-  result.status = current_device_info(device, result.message);
-  if (result.status != FLASH4_SUCCESS) return result;
-  const cudaStream_t stream = reinterpret_cast<cudaStream_t>(caller_stream);
-  for (const ZeroFill& f : plan.zeros) {
-    if (const cudaError_t status = zero(f, stream); status != cudaSuccess) return cuda_failure(f.name, status);
-  }
-  for (const FloatFill& f : plan.floats) {
-    if (const cudaError_t status = launch(fill_floats, f.count, stream, f);
-        status != cudaSuccess) {
-      return cuda_failure(f.name, status);
-    }
-  }
-  return result;
-}
-
-}  // namespace flash4::host
+}  // namespace flash4
