@@ -39,6 +39,20 @@ inline flash4_strides contiguous(int seqlen, int heads, int head_dim = kHeadDim)
   return {int64_t{seqlen} * heads * head_dim, int64_t{heads} * head_dim, head_dim};
 }
 
+// The sizes, scale and (unbounded) window both directions' valid params share.
+template <class Params>
+void set_valid_sizes(Params& p) {
+  p.batch = kBatch;
+  p.seqlen_q = kSeqlenQ;
+  p.seqlen_k = kSeqlenK;
+  p.heads_q = kHeadsQ;
+  p.heads_kv = kHeadsKv;
+  p.head_dim = kHeadDim;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  p.window_left = -1;
+  p.window_right = -1;
+}
+
 inline flash4_fwd_params valid_fwd() {
   flash4_fwd_params p{};
   p.struct_size = sizeof(p);
@@ -50,15 +64,7 @@ inline flash4_fwd_params valid_fwd() {
   p.lse = fake_device_pointer<float>(4);
   p.q_strides = p.o_strides = contiguous(kSeqlenQ, kHeadsQ);
   p.k_strides = p.v_strides = contiguous(kSeqlenK, kHeadsKv);
-  p.batch = kBatch;
-  p.seqlen_q = kSeqlenQ;
-  p.seqlen_k = kSeqlenK;
-  p.heads_q = kHeadsQ;
-  p.heads_kv = kHeadsKv;
-  p.head_dim = kHeadDim;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  p.window_left = -1;
-  p.window_right = -1;
+  set_valid_sizes(p);
   return p;
 }
 
@@ -77,15 +83,7 @@ inline flash4_bwd_params valid_bwd() {
   p.dv = fake_device_pointer(8);
   p.q_strides = p.o_strides = p.dout_strides = p.dq_strides = contiguous(kSeqlenQ, kHeadsQ);
   p.k_strides = p.v_strides = p.dk_strides = p.dv_strides = contiguous(kSeqlenK, kHeadsKv);
-  p.batch = kBatch;
-  p.seqlen_q = kSeqlenQ;
-  p.seqlen_k = kSeqlenK;
-  p.heads_q = kHeadsQ;
-  p.heads_kv = kHeadsKv;
-  p.head_dim = kHeadDim;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  p.window_left = -1;
-  p.window_right = -1;
+  set_valid_sizes(p);
   return p;
 }
 
