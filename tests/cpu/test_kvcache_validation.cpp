@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -27,8 +29,8 @@ T* fake_device_pointer(int index) {
   return reinterpret_cast<T*>(std::uintptr_t{0x1000000} * (index + 1));
 }
 
-flash4_strides contiguous(int64_t seqlen, int64_t heads) {
-  return {seqlen * heads * kHeadDim, heads * kHeadDim, kHeadDim};
+flash4_strides contiguous(int64_t seqlen, int64_t heads, int64_t head_dim = kHeadDim) {
+  return {seqlen * heads * head_dim, heads * head_dim, head_dim};
 }
 
 // Decoding one token per sequence with an append, not paged; num_splits = 1 so that sizing the workspace needs
@@ -150,15 +152,74 @@ TEST(KvcacheValidation, UnknownStructSize) {
   expect_rejected(p, FLASH4_ERROR_INVALID_STRUCT_SIZE, "struct_size");
 }
 
+// valid_call() with head dims d (q, k_cache, k_new) and dv (v_cache, v_new, o; 0: d) and contiguous strides.
+flash4_kvcache_params with_head_dims(int d, int dv) {
+  flash4_kvcache_params p = valid_call();
+  const int value_dim = dv != 0 ? dv : d;
+  p.head_dim = d;
+  p.head_dim_v = dv;
+  p.q_strides = contiguous(1, kHeadsQ, d);
+  p.o_strides = contiguous(1, kHeadsQ, value_dim);
+  p.k_cache_strides = contiguous(kCapacity, kHeadsKv, d);
+  p.v_cache_strides = contiguous(kCapacity, kHeadsKv, value_dim);
+  p.k_new_strides = contiguous(1, kHeadsKv, d);
+  p.v_new_strides = contiguous(1, kHeadsKv, value_dim);
+  return p;
+}
+
 TEST(KvcacheValidation, DtypeAndHeadDim) {
   flash4_kvcache_params p = valid_call();
   p.dtype = static_cast<flash4_dtype>(7);
   expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype");
-  for (int head_dim : {32, 96, 192, 256}) {
+  for (int head_dim : {-8, 0, 4, 12, 100, 260, 264, 512}) {
     p = valid_call();
     p.head_dim = head_dim;
-    expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+    expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is");
   }
+  for (int head_dim_v : {-8, 4, 12, 100, 264}) {
+    p = valid_call();
+    p.head_dim_v = head_dim_v;
+    expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v is");
+  }
+}
+
+// Every multiple of 8 up to 256 (served by the next wider decode kernel), and v's head dim apart from q's.
+TEST(KvcacheValidation, EveryMultipleOfEightUpTo256AndAValueHeadDimOfItsOwn) {
+  for (int d = 8; d <= 256; d += 8) expect_valid(with_head_dims(d, 0));
+  for (auto [d, dv] : {std::pair{192, 128}, std::pair{128, 192}, std::pair{40, 256}, std::pair{256, 8}}) {
+    SCOPED_TRACE(std::to_string(d) + " / " + std::to_string(dv));
+    flash4_kvcache_params p = with_head_dims(d, dv);
+    expect_valid(p);
+    make_paged(p);
+    p.k_cache_strides = contiguous(kPageSize, kHeadsKv, d);
+    p.v_cache_strides = contiguous(kPageSize, kHeadsKv, dv);
+    expect_valid(p);
+  }
+}
+
+// The split partials hold head_dim_v columns per row.
+TEST(KvcacheValidation, SplitWorkspaceFollowsTheValueHeadDim) {
+  std::size_t narrow = 0, wide = 0;
+  flash4_kvcache_params p = with_head_dims(192, 64);
+  p.num_splits = 4;
+  ASSERT_EQ(flash4_kvcache_workspace_size(&p, &narrow), FLASH4_SUCCESS) << last_error();
+  p = with_head_dims(64, 192);
+  p.num_splits = 4;
+  ASSERT_EQ(flash4_kvcache_workspace_size(&p, &wide), FLASH4_SUCCESS) << last_error();
+  EXPECT_GE(narrow, 4u * kBatch * kHeadsQ * 64 * sizeof(float));
+  EXPECT_GE(wide, 4u * kBatch * kHeadsQ * 192 * sizeof(float));
+  EXPECT_LT(narrow, 4u * kBatch * kHeadsQ * 192 * sizeof(float));
+}
+
+// A caller of the first layout (which ends before head_dim_v) has v's head dim equal to q's: whatever lies
+// past its struct is not read.
+TEST(KvcacheValidation, TheFirstLayoutEndsBeforeHeadDimV) {
+  flash4_kvcache_params p = valid_call();
+  p.struct_size = offsetof(flash4_kvcache_params, head_dim_v);
+  p.head_dim_v = 12;  // not a head dim, and not part of that layout
+  expect_valid(p);
+  p.struct_size = sizeof(p);
+  expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v");
 }
 
 TEST(KvcacheValidation, Sizes) {
@@ -362,6 +423,25 @@ TEST(KvcacheCppApi, ViewsMustAgree) {
   EXPECT_NE(flash4::make_kvcache_params(bad, {}).status().message().find("v_new"), std::string::npos);
   bad.v_new = flash4::TensorView::contiguous(fake_device_pointer(6), flash4::DType::fp16, {kBatch, 1, kHeadsKv, kHeadDim});
   EXPECT_EQ(flash4::make_kvcache_params(bad, {}).status().code(), FLASH4_ERROR_UNSUPPORTED_DTYPE);
+
+  // v's head dim of its own: o and v_new follow v_cache's.
+  flash4::KvcacheTensors mla = t;
+  mla.q = flash4::TensorView::contiguous(fake_device_pointer(0), flash4::DType::bf16, {kBatch, 1, kHeadsQ, 192});
+  mla.k_cache = flash4::TensorView::contiguous(fake_device_pointer(2), flash4::DType::bf16, {5, kCapacity, kHeadsKv, 192});
+  made = flash4::make_kvcache_params(mla, {});
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_EQ(made.value().head_dim, 192);
+  EXPECT_EQ(made.value().head_dim_v, kHeadDim);
+  EXPECT_EQ(flash4_kvcache_check(&made.value()), FLASH4_SUCCESS) << last_error();
+  bad = mla;
+  bad.o.shape[3] = 192;
+  EXPECT_NE(flash4::make_kvcache_params(bad, {}).status().message().find("o.shape[3]"), std::string::npos);
+  bad = mla;
+  bad.k_new = flash4::TensorView::contiguous(fake_device_pointer(5), flash4::DType::bf16, {kBatch, 1, kHeadsKv, 192});
+  bad.v_new = flash4::TensorView::contiguous(fake_device_pointer(6), flash4::DType::bf16, {kBatch, 1, kHeadsKv, 192});
+  EXPECT_NE(flash4::make_kvcache_params(bad, {}).status().message().find("v_new.shape[3]"), std::string::npos);
+  bad.v_new = flash4::TensorView::contiguous(fake_device_pointer(6), flash4::DType::bf16, {kBatch, 1, kHeadsKv, kHeadDim});
+  EXPECT_TRUE(flash4::make_kvcache_params(bad, {}).ok());
 }
 
 }  // namespace
