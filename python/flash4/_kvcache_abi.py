@@ -44,6 +44,7 @@ class KvcacheParams(ctypes.Structure):
             ("num_splits", ctypes.c_int32),
             ("workspace", ctypes.c_void_p),
             ("workspace_bytes", ctypes.c_size_t),
+            ("head_dim_v", ctypes.c_int32),
         ]
     )
 
