@@ -75,7 +75,9 @@ GatheredKv appended_and_gathered(const KvcacheProblem& p, const KvcacheInputs& i
 std::size_t KvcacheProblem::q_elements() const {
   return static_cast<std::size_t>(batch) * seqlen_q * heads_q * head_dim;
 }
-std::size_t KvcacheProblem::o_elements() const { return static_cast<std::size_t>(batch) * seqlen_q * heads_q * dim_v(); }
+std::size_t KvcacheProblem::o_elements() const {
+  return static_cast<std::size_t>(batch) * seqlen_q * heads_q * dim_v();
+}
 std::size_t KvcacheProblem::k_new_elements() const {
   return static_cast<std::size_t>(batch) * seqlen_new * heads_kv * head_dim;
 }

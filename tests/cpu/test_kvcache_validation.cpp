@@ -3,6 +3,7 @@
 // before any CUDA call (so no GPU is needed). Valid launches are the GPU tests' (tests/gpu/test_kvcache.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,8 @@
 
 #include "flash4/flash4.h"
 #include "flash4/flash4.hpp"
+#include "host/kernel_choice.hpp"
+#include "launch/decode_config.hpp"
 
 namespace {
 
@@ -123,7 +126,13 @@ TEST(KvcacheValidation, ValidCallsPass) {
   expect_valid(indexed);
 }
 
+// Whether this build has a bf16 decode kernel for head dims up to `needed` (sizing a workspace needs one).
+bool decode_kernel_serves(int needed) {
+  return flash4::host::serving_head_dim(flash4::host::built_decode_kernels(), FLASH4_DTYPE_BF16, needed) != 0;
+}
+
 TEST(KvcacheValidation, UnsplitCallsNeedNoWorkspaceAndAskedSplitsDo) {
+  if (!decode_kernel_serves(kHeadDim)) GTEST_SKIP() << "no decode kernel of width >= " << kHeadDim << " built";
   flash4_kvcache_params p = valid_call();
   std::size_t bytes = 1;
   ASSERT_EQ(flash4_kvcache_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
@@ -199,6 +208,7 @@ TEST(KvcacheValidation, EveryMultipleOfEightUpTo256AndAValueHeadDimOfItsOwn) {
 
 // The split partials hold head_dim_v columns per row.
 TEST(KvcacheValidation, SplitWorkspaceFollowsTheValueHeadDim) {
+  if (!decode_kernel_serves(192)) GTEST_SKIP() << "no decode kernel of width >= 192 built";
   std::size_t narrow = 0, wide = 0;
   flash4_kvcache_params p = with_head_dims(192, 64);
   p.num_splits = 4;
@@ -209,6 +219,27 @@ TEST(KvcacheValidation, SplitWorkspaceFollowsTheValueHeadDim) {
   EXPECT_GE(narrow, 4u * kBatch * kHeadsQ * 64 * sizeof(float));
   EXPECT_GE(wide, 4u * kBatch * kHeadsQ * 192 * sizeof(float));
   EXPECT_LT(narrow, 4u * kBatch * kHeadsQ * 192 * sizeof(float));
+}
+
+// The decode kernels this build has are kernel widths among its forward head dims. A valid head dim wider than
+// all of them is NO_KERNEL naming the dims, found before the workspace or the device is looked at.
+TEST(KvcacheValidation, NoBuiltDecodeKernelWideEnoughIsNoKernel) {
+  int widest = 0;
+  for (const flash4::host::BuiltKernel& k : flash4::host::built_decode_kernels()) {
+    EXPECT_TRUE(flash4::decode::is_kernel_width(k.head_dim)) << k.head_dim;
+    EXPECT_EQ(flash4::host::serving_head_dim(flash4::host::built_forward_kernels(), k.dtype, k.head_dim), k.head_dim)
+        << k.head_dim;
+    if (k.dtype == FLASH4_DTYPE_BF16) widest = std::max(widest, k.head_dim);
+  }
+  if (widest == flash4::decode::kMaxWidth) GTEST_SKIP() << "a bf16 decode kernel serves every valid head dim";
+  const int dv = widest + 8;
+  const flash4_kvcache_params p = with_head_dims(8, dv);
+  EXPECT_EQ(flash4_kvcache_check(&p), FLASH4_SUCCESS) << last_error();
+  std::size_t bytes = 1;
+  const std::string names = "head_dim_v " + std::to_string(dv);
+  expect_status(flash4_kvcache_workspace_size(&p, &bytes), FLASH4_ERROR_NO_KERNEL, names, "workspace_size");
+  EXPECT_EQ(bytes, 0u);
+  expect_status(flash4_kvcache(&p, nullptr), FLASH4_ERROR_NO_KERNEL, names, "flash4_kvcache");
 }
 
 // A caller of the first layout (which ends before head_dim_v) has v's head dim equal to q's: whatever lies
@@ -388,7 +419,9 @@ TEST(KvcacheValidation, ValidLaunchWithoutAGpuSaysNoDevice) {
   std::size_t bytes = 0;
   flash4_kvcache_params heuristic = p;
   heuristic.num_splits = 0;  // the heuristic reads the SM count
-  EXPECT_EQ(flash4_kvcache_workspace_size(&heuristic, &bytes), FLASH4_ERROR_NO_DEVICE) << last_error();
+  EXPECT_EQ(flash4_kvcache_workspace_size(&heuristic, &bytes),
+            decode_kernel_serves(kHeadDim) ? FLASH4_ERROR_NO_DEVICE : FLASH4_ERROR_NO_KERNEL)
+      << last_error();
 }
 
 // The C++ API checks the views against each other before filling the C params.

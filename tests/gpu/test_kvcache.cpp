@@ -3,7 +3,7 @@
 // ragged cache_seqlens including 0, GQA and MQA, causal, windows and softcap, split counts 1..64 and the
 // heuristic, cache_batch_idx, bad device-side values (NaN rows, nothing written outside the cache), and head
 // dims without a kernel of their own and v's head dim apart from q's, on rows padded with poison.
-// Run them with --gtest_filter='Kvcache*'. Kernels this build did not compile are skipped.
+// Run them with --gtest_filter='*Kvcache*'. Kernels this build did not compile are skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
