@@ -12,7 +12,8 @@
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
 # Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,96,128,192,256; empty: none),
-# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
+# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_BENCH_DETERMINISTIC=1 (the backward sweep once more in
+# deterministic mode, its rows marked, for the mode's cost), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
 # FLASH4_SANITIZE_TOOLS (default "memcheck racecheck"; empty: none. memcheck alone took 4 minutes over the default
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
 # FLASH4_PYTHON=0 (skip tools/gpu-python.sh and the forward's Python-call rows, to run them as a command of their own), FLASH4_PREBUILT=DIR (no build:
@@ -156,6 +157,10 @@ for d in ${bwd_dims//,/ }; do
   # Exit status 2 (NOT_IMPLEMENTED) is kept for libraries without a backward; the current one never answers it.
   if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$bench_log"
   elif [ $rc -ne 0 ]; then status=1; fi
+  if [ "${FLASH4_BENCH_DETERMINISTIC:-0}" = 1 ]; then
+    "$bench_bin" --all --json --mode bwd --deterministic --flush-l2 --D "$d" \
+      >"$raw/flash4-bwd-det-d$d.jsonl" 2>>"$bench_log" || status=1
+  fi
 done
 echo "== peers" >>"$bench_log"
 peers=${FLASH4_PEERS:-sdpa_cudnn,sdpa_flash(FA2),fa4_cute}
