@@ -45,7 +45,8 @@ def flash_attn_with_kvcache(
     """FlashAttention's flash_attn_with_kvcache (its argument order), on flash4's decode kernel.
 
     bf16 or fp16 CUDA tensors, head dims (q and k's, v's) multiples of 8 up to 256, heads_q a multiple of
-    heads_kv (GQA/MQA: the query heads of a KV head are processed together, so each cache byte is read once). cache_seqlens: an int or an int32
+    heads_kv (GQA/MQA: the query heads of a KV head are processed together, so each cache byte is read once).
+    cache_seqlens: an int or an int32
     (batch,) tensor, the keys already in each sequence's cache (default: the whole capacity; required to
     append). cache_batch_idx (int32 (batch,), not paged): which cache sequence each sequence uses.
     num_splits: 0 lets a heuristic split each sequence's keys over several kernel blocks when the batch is too

@@ -194,27 +194,38 @@ std::vector<KvcacheCase> kvcache_grid() {
   return cases;
 }
 
-// One bad device-side value in sequence 1 of 3.
+// One bad device-side value in sequence 1 of 3, on every built kernel width (the load passes differ by
+// width), and on the widest with a head dim below it (the zero-filled columns).
 std::vector<KvcacheCase> bad_value_cases() {
   std::vector<KvcacheCase> cases;
   const std::vector<DecodeKernel> kernels = built_decode_kernels();
   if (kernels.empty()) return cases;
-  KvcacheCase base;
-  base.dtype = kernels.front().dtype;
-  base.head_dim = kernels.front().head_dim;
-  base.seqlen_new = 2;
-  base.capacity = 512;
-  base.cache_seqlens = {100, 200, 300};
-  base.bad_sequence = 1;
-  for (int splits : {1, 4}) {
-    for (BadValue bad : {BadValue::seqlen_past_capacity, BadValue::negative_seqlen, BadValue::batch_idx_out_of_range,
-                         BadValue::page_out_of_range}) {
-      KvcacheCase c = base;
-      c.bad = bad;
-      c.num_splits = splits;
-      c.cache_batch_idx = bad == BadValue::batch_idx_out_of_range;
-      c.page_size = bad == BadValue::page_out_of_range || bad == BadValue::negative_seqlen ? 64 : 0;
-      cases.push_back(c);
+  std::vector<KvcacheCase> bases;
+  for (const DecodeKernel& kernel : kernels) {
+    if (kernel.dtype != kernels.front().dtype) continue;
+    KvcacheCase base;
+    base.dtype = kernel.dtype;
+    base.head_dim = kernel.head_dim;
+    bases.push_back(base);
+  }
+  KvcacheCase narrower = bases.back();
+  narrower.head_dim -= 24;
+  bases.push_back(narrower);
+  for (KvcacheCase base : bases) {
+    base.seqlen_new = 2;
+    base.capacity = 512;
+    base.cache_seqlens = {100, 200, 300};
+    base.bad_sequence = 1;
+    for (int splits : {1, 4}) {
+      for (BadValue bad : {BadValue::seqlen_past_capacity, BadValue::negative_seqlen,
+                           BadValue::batch_idx_out_of_range, BadValue::page_out_of_range}) {
+        KvcacheCase c = base;
+        c.bad = bad;
+        c.num_splits = splits;
+        c.cache_batch_idx = bad == BadValue::batch_idx_out_of_range;
+        c.page_size = bad == BadValue::page_out_of_range || bad == BadValue::negative_seqlen ? 64 : 0;
+        cases.push_back(c);
+      }
     }
   }
   return cases;
