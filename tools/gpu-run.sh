@@ -66,8 +66,11 @@ if [ -n "$prebuilt" ]; then
   # gtest's own sharding: every test runs in exactly one of the processes, which share the GPU.
   shards=${FLASH4_TEST_SHARDS:-8}
   pids=()
+  # A shard is stopped after FLASH4_TEST_TIMEOUT_S (default 420): a hung kernel then shows as exit 124 and the
+  # logs still come back within the device's 10-minute limit per command.
   for ((i = 0; i < shards; ++i)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$gpu_tests" >"$out/tests-shard$i.log" 2>&1 & pids+=($!)
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${FLASH4_TEST_TIMEOUT_S:-420}" "$gpu_tests" \
+      >"$out/tests-shard$i.log" 2>&1 & pids+=($!)
   done
   # A shard that crashes prints no FAILED line: name it in the summary.
   crashed=""
