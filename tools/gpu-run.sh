@@ -106,8 +106,8 @@ filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203
 if [ -x "$sanitizer" ]; then
   for tool in ${FLASH4_SANITIZE_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
-    "$sanitizer" --tool "$tool" --error-exitcode 99 "$gpu_tests" --gtest_filter="$filter" \
-      >>"$out/tests.log" 2>&1
+    timeout "${FLASH4_SANITIZE_TIMEOUT_S:-240}" "$sanitizer" --tool "$tool" --error-exitcode 99 "$gpu_tests" \
+      --gtest_filter="$filter" >>"$out/tests.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
     echo "$tool: exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests? from .* ran|SKIPPED \]|PASSED \]|FAILED \]" \
