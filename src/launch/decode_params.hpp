@@ -5,15 +5,9 @@
 #include <cstdint>
 
 #include "kernels/common/fast_divmod.hpp"
+#include "launch/tensor_strides.hpp"
 
 namespace flash4 {
-
-// Element strides of a 4-D (batch or page, seq, head, dim) tensor; dim is contiguous.
-struct RowStrides {
-  int64_t batch;
-  int64_t seq;
-  int64_t head;
-};
 
 struct DecodeParams {
   const void* q;
@@ -23,7 +17,8 @@ struct DecodeParams {
   const void* v_new;
   void* o;
   float* lse;  // optional: (batch, heads_q, seqlen_q)
-  RowStrides q_strides, k_cache_strides, v_cache_strides, k_new_strides, v_new_strides, o_strides;
+  // A paged cache's batch stride is its page stride.
+  TensorStrides q_strides, k_cache_strides, v_cache_strides, k_new_strides, v_new_strides, o_strides;
 
   int batch;
   int seqlen_q;

@@ -12,6 +12,7 @@
 #include "built_decode_kernels.hpp"
 #include "host/device_info.hpp"
 #include "host/dispatch/no_kernel.hpp"
+#include "host/dispatch/problem_fields.hpp"
 #include "host/kernel_choice.hpp"
 #include "host/kvcache_plan.hpp"
 #include "host/workspace_check.hpp"
@@ -43,8 +44,6 @@ constexpr DecodeEntry kEntries[] = {FLASH4_FOR_EACH_BUILT_DECODE_KERNEL(FLASH4_D
                                         DecodeEntry{FLASH4_DTYPE_BF16, 0, nullptr}};
 #undef FLASH4_DECODE_ENTRY
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 const char* dtype_name(flash4_dtype dtype) { return dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16"; }
 
 DecodeLaunchFn find_decode_kernel(flash4_dtype dtype, int width) {
@@ -70,8 +69,6 @@ std::string built_decode_list() {
 int serving_width(const flash4_kvcache_params& p) {
   return serving_head_dim(built_decode_kernels(), p.dtype, needed_head_dim(p));
 }
-
-RowStrides strides_of(const flash4_strides& s) { return RowStrides{s.batch, s.seq, s.head}; }
 
 // The plan for these params on the current device (the SM count only matters when num_splits is 0), or
 // NO_KERNEL when this build has no decode kernel wide enough for them.
@@ -123,9 +120,7 @@ DecodeParams kernel_params(const flash4_kvcache_params& p, const KvcachePlan& pl
   kp.block_table_stride = p.block_table_stride;
   kp.num_pages = p.num_pages;
   kp.page = FastDivmod::make(p.block_table != nullptr ? static_cast<std::uint32_t>(p.page_size) : 1u);
-  kp.has_softcap = p.softcap > 0.0f;
-  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
-  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  set_score_constants(kp, p.softmax_scale, p.softcap);
   kp.window_left = p.window_left;
   kp.window_right = p.window_right;
   kp.splits = plan.splits;
