@@ -6,7 +6,8 @@
 # clock and power while each variant ran).
 #   tools/gpu-ab.sh OUT_DIR [fwd|bwd]
 # The variants alternate within each repeat (the second in reverse order), so that they see the GPU in about
-# the same state. FLASH4_AB_PEERS=0 skips the peers. FLASH4_AB_BENCH_FLAGS adds flash4-bench flags to every
+# the same state. FLASH4_AB_PEERS=0 skips the peers; each variant is first checked with flash4-bench --verify
+# (FLASH4_AB_VERIFY=0 skips that). FLASH4_AB_BENCH_FLAGS adds flash4-bench flags to every
 # variant's sweep (e.g. --deterministic for the backward's deterministic mode).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
@@ -57,6 +58,22 @@ PY
   rm -f "$out/clock-samples.csv"
 }
 : >"$out/ab-clocks.txt"
+# Each variant's results first, before any timing counts (FLASH4_AB_VERIFY=0 skips it): flash4-bench --verify
+# (sampled rows against the fp64 reference) at 1K tokens, causal and not, every head dim, one line per check
+# in $out/ab-verify.txt; a variant that fails is named in the summary.
+: >"$out/ab-verify.txt"
+if [ "${FLASH4_AB_VERIFY:-1}" != 0 ]; then
+  for variant in "${built[@]}"; do
+    build=$FLASH4_AB_BIN_DIR/$variant
+    for d in ${dims//,/ }; do
+      for causal in 0 1; do
+        LD_LIBRARY_PATH=$build timeout 120 "$build/flash4-bench" --verify --mode "$mode" --D "$d" --N 1024 \
+          --causal $causal --iters 1 --warmup 0 ${FLASH4_AB_BENCH_FLAGS:-} >>"$out/ab-verify.txt" 2>&1 ||
+          echo "VERIFY FAILED: $variant D=$d causal=$causal" | tee -a "$out/ab-verify.txt"
+      done
+    done
+  done
+fi
 # The whole sweep of a head dim in one process per variant and repeat: a process per shape overran 600 s.
 reversed=()
 for ((i = ${#built[@]} - 1; i >= 0; --i)); do reversed+=("${built[$i]}"); done
