@@ -83,10 +83,11 @@ def fwd(
 def bwd(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
-    sink: Optional[Tensor] = None, dsink: Optional[Tensor] = None,
+    dsink: Optional[Tensor], sink: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv) shaped like (q, k, v), from flash4::fwd's out and lse; with sink, the sinks'
-    gradient into dsink."""
+    gradient into dsink. dsink has no default: the dispatcher drops trailing arguments left at their
+    defaults, and a mutated argument dropped so breaks torch's in-place bookkeeping."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     options = _check(q, k, v, options, None)
     _check_backward(dout, q, v, out, lse)
@@ -121,10 +122,11 @@ def varlen_bwd(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, deterministic: bool,
-    sink: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
-    dsink: Optional[Tensor] = None,
+    dsink: Optional[Tensor], sink: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None,
+    seqused_k: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients (dq, dk, dv) of flash4::varlen_fwd; with sink, the sinks' gradient into dsink."""
+    """Gradients (dq, dk, dv) of flash4::varlen_fwd; with sink, the sinks' gradient into dsink (no default,
+    as in flash4::bwd)."""
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = _check(q, k, v, options, varlen)
@@ -156,8 +158,8 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 
 
 @bwd.register_fake
-def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic, sink=None,
-      dsink=None):
+def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic, dsink,
+      sink=None):
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     _check(q, k, v, options, None, need_cuda=False)
     _check_backward(dout, q, v, out, lse)
@@ -167,7 +169,7 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
 
 @varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, softcap, deterministic, sink=None, seqused_q=None, seqused_k=None, dsink=None):
+      window_left, window_right, softcap, deterministic, dsink, sink=None, seqused_q=None, seqused_k=None):
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     options = Options(softmax_scale, causal, window_left, window_right, softcap, deterministic)
     _check(q, k, v, options, varlen, need_cuda=False)
@@ -181,7 +183,7 @@ def _register_autograd(forward_op, backward_op, tensor_inputs, extras):
 
     forward_op's inputs are q, k, v, then tensor_inputs - 3 more tensors (the cu_seqlens), then non-tensor
     arguments, then `extras` optional tensors (sink first); backward_op takes (dout, q, k, v, out, lse, <those
-    tensors>, <those arguments>, <the optional tensors>, dsink).
+    tensors>, <those arguments>, dsink, <the optional tensors>).
     """
 
     def setup_context(ctx, inputs, output):
@@ -198,7 +200,7 @@ def _register_autograd(forward_op, backward_op, tensor_inputs, extras):
         metadata, optional = saved[:tensor_inputs - 3], saved[tensor_inputs - 3:]
         sink = optional[0]
         dsink = None if sink is None else torch.empty(sink.shape, dtype=torch.float32, device=sink.device)
-        dq, dk, dv = backward_op(dout, q, k, v, out, lse, *metadata, *ctx.arguments, *optional, dsink)
+        dq, dk, dv = backward_op(dout, q, k, v, out, lse, *metadata, *ctx.arguments, dsink, *optional)
         sink_grad = None if sink is None else dsink.to(sink.dtype)
         return dq, dk, dv, *[None] * (tensor_inputs - 3 + len(ctx.arguments)), sink_grad, *[None] * (extras - 1)
 

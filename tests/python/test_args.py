@@ -321,10 +321,10 @@ def test_packed_forms_take_sinks_and_seqused():
     ("fwd", lambda: (t(1, 8, 2, 64),) * 3 + (0.125, False, -1, -1, 1e-50, False), ValueError, "softcap = 1e-50"),
     ("fwd", lambda: (t(8, 2, 64),) * 3 + (0.125, False, -1, -1, 0.0, False), ValueError, "q must be 4-D"),
     ("fwd", lambda: (t(1, 8, 2, 64),) * 3 + (0.125, False, -3, -1, 0.0, False), ValueError, r"window_size\[0\]"),
-    ("bwd", lambda: (t(1, 8, 2, 64),) * 5 + (t(1, 2, 7, dtype=torch.float32), 0.125, False, -1, -1, 0.0, False),
+    ("bwd", lambda: (t(1, 8, 2, 64),) * 5 + (t(1, 2, 7, dtype=torch.float32), 0.125, False, -1, -1, 0.0, False, None),
      ValueError, r"lse has shape \(1, 2, 7\)"),
     ("bwd", lambda: (t(1, 9, 2, 64),) + (t(1, 8, 2, 64),) * 4 + (t(1, 2, 8, dtype=torch.float32), 0.125, False, -1,
-                                                                  -1, 0.0, False), ValueError, r"dout has shape"),
+                                                                  -1, 0.0, False, None), ValueError, r"dout has shape"),
 ])
 def test_ops_called_directly_check_their_arguments(op, arguments, error, message):
     # torch.ops.flash4.* is public (the ring calls it); a bad argument there is a named error too, never a KeyError.

@@ -69,9 +69,9 @@ def test_backward_op_shapes():
         q = torch.empty(2, 100, 8, 64, dtype=torch.float16, device="cuda")
         k, v = (torch.empty(2, 70, 2, 64, dtype=torch.float16, device="cuda") for _ in "kv")
         lse = torch.empty(2, 8, 100, device="cuda")
-        dq, dk, dv = torch.ops.flash4.bwd(q, q, k, v, q, lse, *OPTIONS)
+        dq, dk, dv = torch.ops.flash4.bwd(q, q, k, v, q, lse, *OPTIONS, None)
         cu = torch.empty(3, dtype=torch.int32, device="cuda")
-        varlen = torch.ops.flash4.varlen_bwd(q[0], q[0], k[0], v[0], q[0], lse[0], cu, cu, 60, 50, *OPTIONS)
+        varlen = torch.ops.flash4.varlen_bwd(q[0], q[0], k[0], v[0], q[0], lse[0], cu, cu, 60, 50, *OPTIONS, None)
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
     assert [g.shape for g in varlen] == [q[0].shape, k[0].shape, v[0].shape]
 
@@ -100,11 +100,11 @@ def test_value_head_dim_of_its_own():
         k = torch.empty(2, 203, 2, 192, dtype=torch.bfloat16, device="cuda")
         v = torch.empty(2, 203, 2, 128, dtype=torch.bfloat16, device="cuda")
         out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
-        dq, dk, dv = torch.ops.flash4.bwd(out, q, k, v, out, lse, *OPTIONS)
+        dq, dk, dv = torch.ops.flash4.bwd(out, q, k, v, out, lse, *OPTIONS, None)
         cu = torch.empty(3, dtype=torch.int32, device="cuda")
         varlen_out = flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 60, 120)
         with pytest.raises(ValueError, match=r"dout has shape \(2, 113, 8, 192\).*\(2, 113, 8, 128\)"):
-            torch.ops.flash4.bwd(q, q, k, v, out, lse, *OPTIONS)
+            torch.ops.flash4.bwd(q, q, k, v, out, lse, *OPTIONS, None)
     assert out.shape == (2, 113, 8, 128) and lse.shape == (2, 8, 113)
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
     assert varlen_out.shape == (113, 8, 128)

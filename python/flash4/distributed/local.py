@@ -50,7 +50,7 @@ class Flash4Local:
 def _flash4_bwd(dout, q, k, v, out, lse, options):
     """The one place that knows flash4::bwd's schema: (dout, q, k, v, out, lse, *Options) -> (dq, dk, dv),
     dq/dk/dv in the inputs' dtype, lse (B, Hq, Sq) fp32 as flash4::fwd returned it."""
-    return torch.ops.flash4.bwd(dout, q, k, v, out, lse, *options)
+    return torch.ops.flash4.bwd(dout, q, k, v, out, lse, *options, None)  # no sinks: dsink None
 
 
 class ReferenceLocal:

@@ -285,11 +285,11 @@ def test_backward_with_a_sliced_lse_is_exact_every_time(needs_backward, batch, s
     sliced = wide[..., seqlen_q:]
     assert not sliced.is_contiguous()
     dout = torch.randn_like(out)
-    expected = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *options)
+    expected = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *options, None)
     for repeat in range(BACKWARD_REPEATS):
         if repeat % 2:
             poison_free_memory()
-        got = torch.ops.flash4.bwd(dout, q, k, v, out, sliced, *options)
+        got = torch.ops.flash4.bwd(dout, q, k, v, out, sliced, *options, None)
         for name, a, b in zip(("dq", "dk", "dv"), got, expected):
             assert torch.equal(a, b), f"{name} differs at repeat {repeat}"
 

@@ -285,7 +285,7 @@ def test_opcheck_with_autograd(needs_backward):
     out, lse = torch.ops.flash4.fwd(q, k, v, 0.125, False, -1, -1, 0.0, False)
     dout = torch.randn_like(out)
     saved = [t.detach() for t in (q, k, v, out)]
-    torch.library.opcheck(torch.ops.flash4.bwd.default, (dout, *saved, lse, 0.125, False, -1, -1, 0.0, False))
+    torch.library.opcheck(torch.ops.flash4.bwd.default, (dout, *saved, lse, 0.125, False, -1, -1, 0.0, False, None))
 
 
 class Attention(torch.nn.Module):
