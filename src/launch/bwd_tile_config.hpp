@@ -21,15 +21,15 @@
 //    so the pair cannot both live in one warpgroup. The CTA owns block_n = 64 keys; warpgroup 0 computes
 //    S^T -> P^T and holds dV, warpgroup 1 computes dP^T -> dS^T and holds dK, P crossing through shared
 //    memory; dQ is split into 64-column chunks between them.
-// Either way the loop runs over query blocks of block_m rows (and, under GQA, over every query head of the
-// group, so dK/dV are summed in registers). block_m is 64, the N of S^T = K Q^T (the M of S = Q K^T split
-// by key columns), so that S^T and dP^T take 32 registers each beside dK and dV, except at D = 64: there
-// dK + dV take only 64 registers and block_m = 128 fits. The wider step matters there because each step's fixed latency (the barriers, the dQ hand-off,
-// the wait for the first product) is spread over half as many flops as at D = 128, and because shared
-// memory bandwidth, not the tensor cores, bounds the SS products: m64n64k16 reads 4 KiB of operands per 32
-// tensor cycles, 128 B/cycle, the whole of shared memory's bandwidth, where m64n128k16 reads 96 B/cycle;
-// and dQ is then split between the warpgroups by rows at N = 64 instead of by columns at N = 32 (192
-// B/cycle).
+// Whichever the split, the loop runs over query blocks of block_m rows (and, under GQA, over every query
+// head of the group, so dK/dV are summed in registers). block_m is 64, the N of S^T = K Q^T (the M of S = Q
+// K^T split by key columns), so that S^T and dP^T take 32 registers each (S and dP 24 split by key columns)
+// beside dK and dV, except at D = 64: there dK + dV take only 64 registers and block_m = 128 fits. The
+// wider step matters there because each step's fixed latency (the barriers, the dQ hand-off, the wait for
+// the first product) is spread over half as many flops as at D = 128, and because shared memory bandwidth,
+// not the tensor cores, bounds the SS products: m64n64k16 reads 4 KiB of operands per 32 tensor cycles, 128
+// B/cycle, the whole of shared memory's bandwidth, where m64n128k16 reads 96 B/cycle; and dQ is then split
+// between the warpgroups by rows at N = 64 instead of by columns at N = 32 (192 B/cycle).
 #pragma once
 
 #include "kernels/common/host_device.hpp"
@@ -61,7 +61,9 @@ struct BwdTileConfig {
   // head_dim never read them, dQ's second half multiplies them (zero) and is not staged.
   FLASH4_HD constexpr int tile_cols() const { return (head_dim + box_cols() - 1) / box_cols() * box_cols(); }
   FLASH4_HD constexpr int col_blocks() const { return tile_cols() / box_cols(); }
-  FLASH4_HD constexpr int keys_per_warpgroup() const { return split == BwdSplit::kRoles ? block_n : block_n / consumer_warpgroups; }
+  FLASH4_HD constexpr int keys_per_warpgroup() const {
+    return split == BwdSplit::kRoles ? block_n : block_n / consumer_warpgroups;
+  }
   // 64-query boxes of a block: a dS^T row (block_m queries) spans this many swizzle rows.
   FLASH4_HD constexpr int query_boxes() const { return block_m / box_cols(); }
   // Split by keys, dQ = dS K (block_m x tile_cols, over all block_n keys) is cut into one 64-row (the wgmma

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "kernels/common/mask.hpp"
+#include "kernels/common/transposed_rows.hpp"
 #include "kernels/sm90/bwd/consumer_ops.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
@@ -103,15 +104,10 @@ struct BwdKeyColumnsConsumer : BwdConsumerOps<Element, kHeadDim> {
     }
   }
 
-  // The shared address from which this lane's stmatrix.trans writes (the thread's rows of a 64 x kKeys
-  // accumulator stored transposed): rows are the warpgroup's keys (128 bytes each, 16-byte units
-  // XOR-swizzled by row as wgmma reads them), units the 8-row groups of the accumulator. Lane l addresses
-  // column l % 8 of matrix l / 8 = (8-row group l / 8 % 2 of the warp's 16, 8-key block l / 16 of a pair).
+  // The shared address from which this lane's stmatrix.trans writes the warpgroup's key rows of `buffer`
+  // (transposed_rows.hpp).
   __device__ __forceinline__ uint32_t transposed_address(const char* buffer) const {
-    const int matrix = lane() / 8;
-    const int row = warpgroup * kKeys + 8 * (matrix / 2) + lane() % 8;
-    const int unit = 2 * warp_in_group() + matrix % 2;
-    return smem_address(buffer) + row * kSwizzle + ((unit ^ (row % 8)) * 16);
+    return smem_address(buffer) + transposed_store_offset(warpgroup * kKeys, warp_in_group(), lane(), kSwizzle);
   }
 
   // A 64 x kKeys accumulator (times `scale`), as 16-bit pairs, into `buffer` transposed (see above).
@@ -123,6 +119,7 @@ struct BwdKeyColumnsConsumer : BwdConsumerOps<Element, kHeadDim> {
       const auto packed = [&](int block, int half) {
         return pack_pair<kIsBf16>(acc[4 * block + 2 * half] * scale, acc[4 * block + 2 * half + 1] * scale);
       };
+      // Pair k / 2 of 8-key blocks: 16 rows further.
       store_matrix_x4_trans(address + k * 8 * kSwizzle, packed(k, 0), packed(k, 1), packed(k + 1, 0), packed(k + 1, 1));
     }
   }

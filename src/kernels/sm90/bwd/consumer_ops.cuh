@@ -1,8 +1,8 @@
 // The pieces the backward consumers (consumer.cuh: split by keys, consumer_key_columns.cuh: split by key
-// columns, consumer_roles.cuh: split by roles) are built from: the wgmma issues of the five products, the accumulator <-> fragment conversions, the
-// softmax-gradient element math and the dK / dV stores. Every product is 64 rows (the wgmma M) of one
-// warpgroup; tiles are stored as 64-column boxes with the 128-byte swizzle (bwd_tile_config.hpp), and so
-// is dS^T: block_n key rows per box of 64 queries.
+// columns, consumer_roles.cuh: split by roles) are built from: the wgmma issues of the five products, the
+// accumulator <-> fragment conversions, the softmax-gradient element math and the dK / dV stores. Every
+// product is 64 rows (the wgmma M) of one warpgroup; tiles are stored as 64-column boxes with the 128-byte
+// swizzle (bwd_tile_config.hpp), and so is dS^T: block_n key rows per box of 64 queries.
 #pragma once
 
 #include <type_traits>
