@@ -164,6 +164,23 @@ std::vector<BackwardCase> backward_grid() {
       c.heads_kv = 1;
       c.deterministic = true;
       cases.push_back(c);
+      // More tiles than SMs (2 key blocks x 140 heads), so every CTA runs several: the P^T rows reused for
+      // one tile's dK / dV and the next tile's P^T, the stage ring, the K / V phases and the step parity that
+      // picks each dQ chunk's warpgroup all carry across tiles; deterministic too; and a window far behind
+      // the queries (Sq < Sk) gives key blocks no query sees, tiles without steps between tiles with steps.
+      for (bool deterministic : {false, true}) {
+        c = with_mask(base, deterministic ? Mask::causal : Mask::none);
+        c.seqlen_q = 130;
+        c.seqlen_k = 150;
+        c.heads_q = c.heads_kv = 140;
+        c.deterministic = deterministic;
+        cases.push_back(c);
+      }
+      c = with_mask(base, Mask::window);
+      c.seqlen_q = 40;
+      c.seqlen_k = 3 * keys + 12;
+      c.heads_q = c.heads_kv = 140;
+      cases.push_back(c);
     }
   }
   // Long sequences for the main configuration only (the CPU reference is the slow part).

@@ -108,15 +108,17 @@ struct BwdConsumerOps {
   // dQ from registers (split by key columns and by roles, which have no fp32 staging buffer): chunk
   // `chunk` (64 rows x kDqCols, complete in registers) reduce-added into a query block of the accumulator,
   // whose order (dq_staging_index) is linear in rows and in columns that are multiples of its 8-column
-  // boxes: the thread's address plus a constant per pair.
+  // boxes: the thread's address plus a constant per pair. The chunk's boxes are whole (kDqCols is a
+  // multiple of the box width), so a chunk known only at run time moves one base address, not each pair's.
   __device__ __forceinline__ static void add_dq_chunk(float* accum, const DqSlice& dq, int chunk) {
-    float* thread_accum = accum + cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
+    static_assert(kDqCols % cfg().dq_box_cols() == 0, "a dQ chunk is whole boxes");
+    float* thread_accum = accum + chunk * (kDqCols / cfg().dq_box_cols()) * cfg().dq_box_floats() +
+                          cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
 #pragma unroll
     for (int k = 0; k < kDqCols / 8; ++k) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        red_add_f32x2(thread_accum + cfg().dq_staging_index(8 * i, chunk * kDqCols + 8 * k), dq[4 * k + 2 * i],
-                      dq[4 * k + 2 * i + 1]);
+        red_add_f32x2(thread_accum + cfg().dq_staging_index(8 * i, 8 * k), dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
       }
     }
   }
