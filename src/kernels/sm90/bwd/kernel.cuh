@@ -1,16 +1,17 @@
 // The main backward kernel: warpgroup 0 produces (one thread issues the loads, warps 1 and 2 write dQ when
 // the consumers split by keys; the warpgroup gives its registers to the consumers), warpgroups 1 and 2
-// consume (consumer.cuh or consumer_roles.cuh, by the head dim's
-// BwdSplit); warp 3 of the producer warpgroup schedules. A persistent grid: each CTA runs tiles (key
-// block, sequence, kv head) until none is left (the hand-out below), so one tile's dK / dV stores overlap
-// the next tile's K / V and first stage loads, and the launch, barrier set-up and register hand-over are
-// paid once per SM, not per tile.
+// consume (consumer.cuh, consumer_key_columns.cuh or consumer_roles.cuh, by the head dim's BwdSplit); warp
+// 3 of the producer warpgroup schedules. A persistent grid: each CTA runs tiles (key block, sequence, kv
+// head) until none is left (the hand-out below), so one tile's dK / dV stores overlap the next tile's K / V
+// and first stage loads, and the launch, barrier set-up and register hand-over are paid once per SM, not
+// per tile.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/bwd/consumer.cuh"
+#include "kernels/sm90/bwd/consumer_key_columns.cuh"
 #include "kernels/sm90/bwd/consumer_roles.cuh"
 #include "kernels/sm90/bwd/dq_writer.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
@@ -188,6 +189,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
       for_each_bwd_tile<kHeadDim, kPersistent>(
           slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
       consumer.finish();
+    } else if constexpr (kCfg.split == BwdSplit::kKeyColumns) {
+      BwdKeyColumnsConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
+      for_each_bwd_tile<kHeadDim, kPersistent>(
+          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
     } else {
       BwdRolesConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
       for_each_bwd_tile<kHeadDim, kPersistent>(
