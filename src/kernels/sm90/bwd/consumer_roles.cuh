@@ -186,7 +186,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* k_tile = smem + kCfg.k_offset();
     const char* ds_tile = smem + kCfg.ds_offset(0);
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores s;
@@ -220,7 +221,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* v_tile = smem + kCfg.v_offset();
     char* ds_tile = smem + kCfg.ds_offset(0);
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores dp;

@@ -68,8 +68,9 @@ struct BwdDqWriter {
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     const bool leader = threadIdx.x % 32 == 0;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block, ++step) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i, ++step) {
         if (step % kWriters != writer) continue;
+        const int m_block = bwd_walk_block(i);
         const DqTarget target = dq_target<kHeadDim>(p, work, head, m_block);
         if (target.semaphore != nullptr && leader) {  // waited for while the consumers still compute the step
           spin_until_acquire_gpu(target.semaphore, target.turn);
