@@ -142,11 +142,13 @@ FLASH4_HD constexpr int bwd_dq_copies(bool deterministic, int n_blocks) {
 // they work on (its Q / dO tiles stay in L2) and the longest tiles do not trail at the end.
 // In deterministic mode the tiles of a head start from the highest key block (shortest first), each walks
 // its query blocks upward from its first, and the adds into a copy of a query block go from the highest key
-// block down. A tile then reaches every query block it shares with a lower key block earlier than that
-// block does when both start together, so its turn has passed before the successor arrives: the chains cost
-// no waits. Longest first with the downward walk had every key block of a head reach a query block at the
-// same step (each link waited for a whole landing, at every tile start), and under GQA the lower key blocks,
-// which have more steps per query head, fell further behind with every head of the group.
+// block down. Under a causal mask (a bounded right edge) a tile then reaches each query block it shares
+// with a lower key block, whose first query block comes earlier, before that block does when both start
+// together, so its turn has passed before the successor arrives: those links cost no waits. Key blocks with
+// the same first query block (no mask, or an unbounded right edge) still reach each block together, and
+// each link waits for one landing. The opposite order, longest first with the downward walk, has every key
+// block of a causal head reach a query block at the same step, and under GQA the lower key blocks, which
+// have more steps per query head, fall further behind the ones waiting for them with every head.
 FLASH4_HD constexpr int bwd_key_block_of(int index_in_head, int n_blocks, bool deterministic) {
   return deterministic ? n_blocks - 1 - index_in_head : index_in_head;
 }
