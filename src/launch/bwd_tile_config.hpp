@@ -179,6 +179,17 @@ FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int contributors_end, i
   return BwdDqOrder{n_block % copies, (contributors_end - 1 - n_block) / copies};
 }
 
+// Whether copy `copy` of a query block's accumulator has a contributor among the key blocks [begin, end):
+// one with n % copies == copy. In deterministic mode nothing zeroes the copies: the contributor whose turn
+// is 0 stores its partial and the later ones add to it, so the postprocess sums only the copies with a
+// contributor (none: dQ is 0). Zeroing every copy cost as many bytes as the postprocess reads, at every
+// length.
+FLASH4_HD constexpr bool bwd_dq_copy_written(int copy, int begin, int end, int copies) {
+  if (end <= begin) return false;
+  const int first = begin + ((copy - begin % copies) % copies + copies) % copies;  // lowest n >= begin in copy
+  return first < end;
+}
+
 // Head dims with a backward kernel: every head dim the forward has.
 FLASH4_HD constexpr bool bwd_supports_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;

@@ -136,9 +136,27 @@ TEST(DqTurns, EveryRunFinishesAndAddsFromTheHighestKeyBlockDown) {
                 const auto found = outcome.adds.find({head, m, copy});
                 const std::vector<int> got = found == outcome.adds.end() ? std::vector<int>{} : found->second;
                 EXPECT_EQ(got, expected) << "head " << head << " query block " << m << " copy " << copy;
+                // The postprocess reads exactly the copies whose first write (turn 0) happened.
+                EXPECT_EQ(bwd_dq_copy_written(copy, keys.begin, keys.end, copies), !expected.empty())
+                    << "head " << head << " query block " << m << " copy " << copy;
               }
             }
           }
+        }
+      }
+    }
+  }
+}
+
+TEST(DqTurns, CopyWrittenExactlyWhenAKeyBlockOfItsResidueContributes) {
+  for (int copies = 1; copies <= 4; ++copies) {
+    for (int begin = 0; begin < 12; ++begin) {
+      for (int end = 0; end < 16; ++end) {
+        for (int copy = 0; copy < copies; ++copy) {
+          bool any = false;
+          for (int n = begin; n < end; ++n) any = any || n % copies == copy;
+          EXPECT_EQ(bwd_dq_copy_written(copy, begin, end, copies), any)
+              << "copy " << copy << " of " << copies << ", key blocks [" << begin << ", " << end << ")";
         }
       }
     }

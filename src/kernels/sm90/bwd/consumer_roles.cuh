@@ -112,7 +112,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   }
 
   // This warpgroup's dQ chunks of the step (chunk c goes to warpgroup c % 2), each reduce-added into the
-  // accumulator as soon as its product completes. The last wait also completes the step's dV or dK.
+  // accumulator as soon as its product completes (stored, where it is the first write into a deterministic
+  // copy: DqTarget::stores). The last wait also completes the step's dV or dK.
   template <int kRole>
   __device__ __forceinline__ void add_dq(const BwdKernelParams& p, const BwdTileWork& work, const char* ds_tile,
                                          int head, int m_block) const {
@@ -133,19 +134,28 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
       // The accumulator's order (dq_staging_index) is linear in rows and in columns that are multiples of
       // its 8-column boxes: the thread's address plus a constant per pair.
       float* thread_accum = accum + cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
-#pragma unroll
-      for (int k = 0; k < kDqCols / 8; ++k) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          red_add_f32x2(thread_accum + cfg().dq_staging_index(8 * i, chunk * kDqCols + 8 * k), dq[4 * k + 2 * i],
-                        dq[4 * k + 2 * i + 1]);
-        }
-      }
+      if (target.stores()) write_dq_pairs<true>(thread_accum, dq, chunk);
+      else write_dq_pairs<false>(thread_accum, dq, chunk);
     }
     if (target.semaphore != nullptr) {
       __threadfence();  // this thread's reductions before the release below, through the barrier
       named_barrier_sync(int(BwdBarrierId::kDqAdded), kBwdConsumerThreads);
       if (threadIdx.x % kBwdConsumerThreads == 0) store_release_gpu(target.semaphore, target.turn + 1);
+    }
+  }
+
+  // A dQ chunk's pairs from registers into the accumulator: added (red), or stored where this is the copy's
+  // first write.
+  template <bool kStore>
+  __device__ __forceinline__ void write_dq_pairs(float* thread_accum, const DqSlice& dq, int chunk) const {
+#pragma unroll
+    for (int k = 0; k < kDqCols / 8; ++k) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float* pair = thread_accum + cfg().dq_staging_index(8 * i, chunk * kDqCols + 8 * k);
+        if constexpr (kStore) *reinterpret_cast<float2*>(pair) = make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        else red_add_f32x2(pair, dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+      }
     }
   }
 

@@ -79,6 +79,9 @@ struct DqTarget {
   int copy;
   int* semaphore;
   int turn;
+  // The first write into this copy of the block (deterministic mode, turn 0): it stores, the later turns add
+  // (bwd_dq_copy_written).
+  __device__ __forceinline__ bool stores() const { return semaphore != nullptr && turn == 0; }
 };
 template <int kHeadDim>
 __device__ __forceinline__ DqTarget dq_target(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
