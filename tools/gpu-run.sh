@@ -12,7 +12,8 @@
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
 # Environment: FLASH4_CMAKE_ARGS (extra configure flags), FLASH4_BENCH_DIMS (forward, default 64,96,128,192,256; empty: none),
-# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
+# FLASH4_BENCH_BWD_DIMS (backward, default 64,128), FLASH4_BENCH_DETERMINISTIC=1 (the backward sweep once more in
+# deterministic mode, its rows marked, for the mode's cost), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
 # FLASH4_SANITIZE_TOOLS (default "memcheck racecheck"; empty: none. memcheck alone took 4 minutes over the default
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
 # FLASH4_PYTHON=0 (skip tools/gpu-python.sh and the forward's Python-call rows, to run them as a command of their own), FLASH4_PREBUILT=DIR (no build:
@@ -65,8 +66,11 @@ if [ -n "$prebuilt" ]; then
   # gtest's own sharding: every test runs in exactly one of the processes, which share the GPU.
   shards=${FLASH4_TEST_SHARDS:-8}
   pids=()
+  # A shard is stopped after FLASH4_TEST_TIMEOUT_S (default 420): a hung kernel then shows as exit 124 and the
+  # logs still come back within the device's 10-minute limit per command.
   for ((i = 0; i < shards; ++i)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$gpu_tests" >"$out/tests-shard$i.log" 2>&1 & pids+=($!)
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${FLASH4_TEST_TIMEOUT_S:-420}" "$gpu_tests" \
+      >"$out/tests-shard$i.log" 2>&1 & pids+=($!)
   done
   # A shard that crashes prints no FAILED line: name it in the summary.
   crashed=""
@@ -98,12 +102,12 @@ echo "$summary"
 # varlen epilogue, in one process per tool.
 echo "== compute-sanitizer (a small case of every kernel)"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*ForwardGrid.MatchesReference/bf16_*_b4_sq640_sk640_h12x4_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*:*KvcacheGrid.MatchesReference/bf16_d128_*_page64_*_splits4_*:*KvcacheBadValues*:Paged/ForwardGrid.MatchesReference/bf16_d128_b1_sq128_sk128_h4x2_*varlen_page48_shuffled_*:Paged/ForwardGrid.MatchesReference/bf16_d128_*badpage*:Sm90/HeadDims.*/bf16_d40_*:Sm90/HeadDims.*/bf16_d192_dv128_b1_*_causal_*:Sm90/SinksAndSeqused.MatchReference/sink_gqa_causal:Sm90/SinksAndSeqused.MatchReference/seqused_varlen_sink"}
+filter=${FLASH4_SANITIZE_FILTER:-"*ForwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*ForwardGrid.MatchesReference/bf16_*_b4_sq640_sk640_h12x4_causal_*:*BackwardGrid.MatchesReference/*_b1_sq113_sk203_h2x2_causal_*:*BackwardGrid.MatchesReference/*_sq333_sk333_h2x2_causal_softcap_*:*BackwardGrid.MatchesReference/*_sq257_sk257_h8x2_causal_deterministic_*:*ForwardGrid.MatchesReference/*_d128_*_causal_varlen_*:*KvcacheGrid.MatchesReference/bf16_d128_*_page64_*_splits4_*:*KvcacheBadValues*:Sm90/KvcacheHeadDims.*/bf16_d40_pad8_*:Sm90/KvcacheHeadDims.*/bf16_d192_dv128_pad24_*:Paged/ForwardGrid.MatchesReference/bf16_d128_b1_sq128_sk128_h4x2_*varlen_page48_shuffled_*:Paged/ForwardGrid.MatchesReference/bf16_d128_*badpage*:Sm90/HeadDims.*/bf16_d40_*:Sm90/HeadDims.*/bf16_d192_dv128_b1_*_causal_*:Sm90/SinksAndSeqused.MatchReference/sink_gqa_causal:Sm90/SinksAndSeqused.MatchReference/seqused_varlen_sink"}
 if [ -x "$sanitizer" ]; then
   for tool in ${FLASH4_SANITIZE_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool, --gtest_filter=$filter" >>"$out/tests.log"
-    "$sanitizer" --tool "$tool" --error-exitcode 99 "$gpu_tests" --gtest_filter="$filter" \
-      >>"$out/tests.log" 2>&1
+    timeout "${FLASH4_SANITIZE_TIMEOUT_S:-240}" "$sanitizer" --tool "$tool" --error-exitcode 99 "$gpu_tests" \
+      --gtest_filter="$filter" >>"$out/tests.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
     echo "$tool: exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests? from .* ran|SKIPPED \]|PASSED \]|FAILED \]" \
@@ -156,6 +160,10 @@ for d in ${bwd_dims//,/ }; do
   # Exit status 2 (NOT_IMPLEMENTED) is kept for libraries without a backward; the current one never answers it.
   if [ $rc -eq 2 ]; then echo "flash4 bwd D=$d: not implemented in this build" | tee -a "$bench_log"
   elif [ $rc -ne 0 ]; then status=1; fi
+  if [ "${FLASH4_BENCH_DETERMINISTIC:-0}" = 1 ]; then
+    "$bench_bin" --all --json --mode bwd --deterministic --flush-l2 --D "$d" \
+      >"$raw/flash4-bwd-det-d$d.jsonl" 2>>"$bench_log" || status=1
+  fi
 done
 echo "== peers" >>"$bench_log"
 peers=${FLASH4_PEERS:-sdpa_cudnn,sdpa_flash(FA2),fa4_cute}

@@ -31,6 +31,8 @@
  *    Its loads read exactly D (q, k) or Dv (v, o, dout) columns and fill the rest of the kernel's width
  *    with zeros, which changes no score and no output column; nothing is written past column D of dq, dk
  *    or past column Dv of o, dv (the padding of a row stride is left alone), and no padded copy is made.
+ *    flash4_kvcache follows the same rule on decode kernels of widths 64, 128, 192 and 256 (a 96 is
+ *    served by 128; flash4_kvcache.h), and never writes a cache row past its head dim either.
  *  - Learnable sinks (sink != NULL; FlashAttention-4's learnable_sink, as gpt-oss uses them): sink[h] is one
  *    fp32 logit per query head that joins every row's softmax as one more column without a value. It is
  *    in natural-log units and NOT multiplied by softmax_scale (nor capped), as in FlashAttention-4:

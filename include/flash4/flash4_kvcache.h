@@ -13,16 +13,25 @@
  *     A row that sees no key (an empty cache, say) gets O = 0 and LSE = -inf.
  *
  * Tensors (element strides, the head dimension contiguous; every pointer 16-byte aligned and every
- * stride a multiple of 16 bytes, as the kernels move 16-byte chunks):
- *  - q, o:         (batch, seqlen_q, heads_q, head_dim)
- *  - k_new, v_new: (batch, seqlen_new, heads_kv, head_dim)
- *  - k_cache, v_cache, not paged (block_table NULL): (cache_batch, cache_seqlen, heads_kv, head_dim);
+ * stride a multiple of 16 bytes, as the kernels move 16-byte chunks). D = head_dim is the head dim of q,
+ * k_cache and k_new, Dv = head_dim_v (0 in the params means Dv = D) that of v_cache, v_new and o:
+ *  - q: (batch, seqlen_q, heads_q, D); o: (batch, seqlen_q, heads_q, Dv)
+ *  - k_new, v_new: (batch, seqlen_new, heads_kv, D or Dv)
+ *  - k_cache, v_cache, not paged (block_table NULL): (cache_batch, cache_seqlen, heads_kv, D or Dv);
  *    sequence b uses cache sequence cache_batch_idx[b] (b when cache_batch_idx is NULL), whose capacity
  *    is cache_seqlen keys.
- *  - k_cache, v_cache, paged: (num_pages, page_size, heads_kv, head_dim); key j of sequence b lives in
+ *  - k_cache, v_cache, paged: (num_pages, page_size, heads_kv, D or Dv); key j of sequence b lives in
  *    page block_table[b * block_table_stride + j / page_size], row j % page_size. The capacity of a
  *    sequence is max_pages_per_seq * page_size keys. Any page_size >= 1 works.
  *  - lse (optional): fp32 (batch, heads_q, seqlen_q) contiguous, natural log.
+ *
+ * Head dims: D and Dv are multiples of 8 in [8, 256], any pair (e.g. 192 with 128); anything else is
+ * UNSUPPORTED_HEAD_DIM, naming head_dim or head_dim_v. Decode kernels are built for the widths 64, 128,
+ * 192 and 256 among CMake's FLASH4_HEAD_DIMS; a call is served by the smallest built one >= max(D, Dv)
+ * (FLASH4_ERROR_NO_KERNEL naming the dims when none is). Its loads read exactly D (q, k) or Dv (v)
+ * columns and fill the rest of the kernel's width with zeros, which changes no score and no output
+ * column; nothing is written past column Dv of o, nor past column D of a k_cache row or Dv of a v_cache
+ * row.
  *
  * Device-side values. cache_seqlens, cache_batch_idx and block_table live in device memory, so the host
  * cannot check them without synchronizing; the kernels check them and never read or write outside the
@@ -72,7 +81,7 @@ typedef struct flash4_kvcache_params {
   int32_t seqlen_new; /* rows of k_new / v_new per sequence; 0: nothing is appended */
   int32_t heads_q;
   int32_t heads_kv;
-  int32_t head_dim; /* 64 or 128 */
+  int32_t head_dim; /* of q, k_cache, k_new: a multiple of 8 in [8, 256] */
 
   /* Not paged (block_table NULL): the cache's first two dimensions. Ignored when paged. */
   int32_t cache_batch;
@@ -96,6 +105,9 @@ typedef struct flash4_kvcache_params {
 
   void* workspace; /* at least flash4_kvcache_workspace_size() bytes, 256-byte aligned; NULL if that is 0 */
   size_t workspace_bytes;
+
+  /* Appended after the first layout (0 for a caller of the older one). */
+  int32_t head_dim_v; /* of v_cache, v_new, o: 0 (equal to head_dim) or a multiple of 8 in [8, 256] */
 } flash4_kvcache_params;
 
 /* Validate params without launching anything. */

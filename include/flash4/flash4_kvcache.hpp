@@ -26,10 +26,11 @@ struct BlockTable {
   std::int64_t row_stride = 0;  // 0: max_pages_per_seq (rows packed)
 };
 
-// The tensors of one call. q and o: (batch, seqlen_q, heads_q, head_dim). k_cache and v_cache:
-// (cache_batch, cache_seqlen, heads_kv, head_dim), or (num_pages, page_size, heads_kv, head_dim) when
-// block_table.data is set. k_new and v_new (optional, both or neither): (batch, seqlen_new, heads_kv,
-// head_dim), appended at cache_seqlens. The int32 arrays are device memory of `batch` entries.
+// The tensors of one call. q: (batch, seqlen_q, heads_q, head_dim); o: the same with v's head dim. k_cache and
+// v_cache: (cache_batch, cache_seqlen, heads_kv, head_dim), or (num_pages, page_size, heads_kv, head_dim) when
+// block_table.data is set, v_cache's head dim its own (head_dim_v). k_new and v_new (optional, both or
+// neither): (batch, seqlen_new, heads_kv, head_dim), v_new with v_cache's head dim, appended at cache_seqlens.
+// The int32 arrays are device memory of `batch` entries.
 struct KvcacheTensors {
   TensorView q;
   TensorView k_cache, v_cache;
@@ -47,8 +48,9 @@ struct KvcacheTensors {
 inline Result<flash4_kvcache_params> make_kvcache_params(const KvcacheTensors& t, const AttnOptions& options,
                                                          int num_splits = 0) {
   using detail::check_same;
+  using detail::kHeadDimOnly;
+  using detail::kRowDims;
   using detail::NamedView;
-  constexpr unsigned kHeadDim = 0b1000;
   constexpr unsigned kHeadsAndDim = 0b1100;
   constexpr unsigned kBatchAndDim = 0b1001;
   // The cache's first two dimensions are its own (cache sequences or pages, and their rows).
@@ -56,9 +58,10 @@ inline Result<flash4_kvcache_params> make_kvcache_params(const KvcacheTensors& t
                       NamedView{"o", &t.o}}) {
     if (Status s = detail::check_view(v, t.q.dtype, false); !s.ok()) return s;
   }
-  if (Status s = check_same({"o", &t.o}, {"q", &t.q}, detail::kAllDims); !s.ok()) return s;
-  if (Status s = check_same({"v_cache", &t.v_cache}, {"k_cache", &t.k_cache}, detail::kAllDims); !s.ok()) return s;
-  if (Status s = check_same({"k_cache", &t.k_cache}, {"q", &t.q}, kHeadDim); !s.ok()) return s;
+  if (Status s = check_same({"o", &t.o}, {"q", &t.q}, kRowDims); !s.ok()) return s;
+  if (Status s = check_same({"v_cache", &t.v_cache}, {"k_cache", &t.k_cache}, kRowDims); !s.ok()) return s;
+  if (Status s = check_same({"o", &t.o}, {"v_cache", &t.v_cache}, kHeadDimOnly); !s.ok()) return s;
+  if (Status s = check_same({"k_cache", &t.k_cache}, {"q", &t.q}, kHeadDimOnly); !s.ok()) return s;
   if (t.k_new.has_value() != t.v_new.has_value()) {
     return Status{FLASH4_ERROR_NULL_POINTER, "k_new and v_new: pass both (to append) or neither"};
   }
@@ -66,9 +69,10 @@ inline Result<flash4_kvcache_params> make_kvcache_params(const KvcacheTensors& t
     for (NamedView v : {NamedView{"k_new", &*t.k_new}, NamedView{"v_new", &*t.v_new}}) {
       if (Status s = detail::check_view(v, t.q.dtype, false); !s.ok()) return s;
     }
-    if (Status s = check_same({"v_new", &*t.v_new}, {"k_new", &*t.k_new}, detail::kAllDims); !s.ok()) return s;
+    if (Status s = check_same({"v_new", &*t.v_new}, {"k_new", &*t.k_new}, kRowDims); !s.ok()) return s;
     if (Status s = check_same({"k_new", &*t.k_new}, {"q", &t.q}, kBatchAndDim); !s.ok()) return s;
     if (Status s = check_same({"k_new", &*t.k_new}, {"k_cache", &t.k_cache}, kHeadsAndDim); !s.ok()) return s;
+    if (Status s = check_same({"v_new", &*t.v_new}, {"v_cache", &t.v_cache}, kHeadsAndDim); !s.ok()) return s;
   }
   flash4_kvcache_params p{};
   p.struct_size = sizeof(p);
@@ -94,6 +98,7 @@ inline Result<flash4_kvcache_params> make_kvcache_params(const KvcacheTensors& t
   p.heads_q = static_cast<std::int32_t>(t.q.shape[2]);
   p.heads_kv = static_cast<std::int32_t>(t.k_cache.shape[2]);
   p.head_dim = static_cast<std::int32_t>(t.q.shape[3]);
+  p.head_dim_v = static_cast<std::int32_t>(t.v_cache.shape[3]);
   if (t.block_table.data != nullptr) {
     p.block_table = t.block_table.data;
     p.max_pages_per_seq = t.block_table.max_pages_per_seq;

@@ -22,7 +22,8 @@ from ._abi import DType
 # for q's and v's head dims alike (v's may differ from q's). CMake's FLASH4_DTYPES / FLASH4_HEAD_DIMS can
 # build fewer kernels; the C ABI then reports FLASH4_ERROR_NO_KERNEL with the missing case.
 DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16}
-HEAD_DIMS = tuple(range(8, 257, 8))
+HEAD_DIM_STEP, MAX_HEAD_DIM = 8, 256
+HEAD_DIMS = tuple(range(HEAD_DIM_STEP, MAX_HEAD_DIM + 1, HEAD_DIM_STEP))
 INT32_MAX = 2**31 - 1
 
 # float32's range: the C ABI takes softmax_scale and softcap as float, and the kernels form
@@ -47,23 +48,26 @@ def check_qkv(q, k, v, varlen, need_cuda=True):
 
 def _plainly_valid(q, k, v, varlen, need_cuda):
     """True only if every check of _explain_qkv passes: the common case in one expression (one read of each
-    piece of metadata); False sends the call to _explain_qkv, which names what is wrong."""
+    piece of metadata, sizes compared one by one and head dims by arithmetic, the cheapest forms); False sends
+    the call to _explain_qkv, which names what is wrong."""
     try:
-        q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
         if varlen:
-            (q_rows, heads_q, head_dim), (k_rows, heads_kv, k_head_dim) = q_shape, k_shape
-            same_batch = True
+            (q_rows, heads_q, head_dim), (k_rows, heads_kv, k_head_dim) = q.shape, k.shape
+            v_rows, v_heads, v_head_dim = v.shape
+            batch = k_batch = v_batch = 1
         else:
-            (batch, q_rows, heads_q, head_dim), (k_batch, k_rows, heads_kv, k_head_dim) = q_shape, k_shape
-            same_batch = k_batch == batch and 1 <= batch <= INT32_MAX
+            (batch, q_rows, heads_q, head_dim), (k_batch, k_rows, heads_kv, k_head_dim) = q.shape, k.shape
+            v_batch, v_rows, v_heads, v_head_dim = v.shape
         dtype, device = q.dtype, q.get_device()
         return (
-            same_batch and v_shape[:-1] == k_shape[:-1] and v_shape[-1] in HEAD_DIMS
+            k_batch == batch and v_batch == batch and 1 <= batch <= INT32_MAX
+            and v_rows == k_rows and v_heads == heads_kv
+            and HEAD_DIM_STEP <= v_head_dim <= MAX_HEAD_DIM and v_head_dim % HEAD_DIM_STEP == 0
             and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
             and (q.is_cuda and k.is_cuda and v.is_cuda or not need_cuda)
             and k.get_device() == device and v.get_device() == device
-            and q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
-            and head_dim in HEAD_DIMS and k_head_dim == head_dim
+            and q.stride()[-1] == 1 and k.stride()[-1] == 1 and v.stride()[-1] == 1
+            and HEAD_DIM_STEP <= head_dim <= MAX_HEAD_DIM and head_dim % HEAD_DIM_STEP == 0 and k_head_dim == head_dim
             and 0 <= q_rows <= INT32_MAX and 0 <= k_rows <= INT32_MAX and 1 <= heads_kv <= heads_q <= INT32_MAX
             and heads_q % heads_kv == 0
         )

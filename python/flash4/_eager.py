@@ -45,7 +45,10 @@ class Call:
         self.lse = None
 
     def extras(self, sink32):
-        return _launch.Extras(sink32, *self.seqused)
+        seqused_q, seqused_k = self.seqused
+        if sink32 is None and seqused_q is None and seqused_k is None:
+            return _launch.NO_EXTRAS  # which _launch recognizes, to skip the extra pointers
+        return _launch.Extras(sink32, seqused_q, seqused_k)
 
 
 def attention(call, *inputs, sink=None):

@@ -1,8 +1,8 @@
 """ctypes mirror of include/flash4/flash4_kvcache.h: flash4_kvcache_params and its three entry points.
 
 Kept beside flash4._abi (which mirrors flash4.h) with the same rules: the header's fields in the header's
-order with the same C types; tests/python/test_kvcache_abi.py compiles the header with gcc and compares sizes
-and offsets, and parses it for field names and exported functions. Change this file with the header.
+order with the same C types; tests/python/test_kvcache.py (test_layout_matches_gcc) compiles the header with
+gcc and compares sizes and offsets. Change this file with the header.
 """
 
 import ctypes
@@ -44,6 +44,7 @@ class KvcacheParams(ctypes.Structure):
             ("num_splits", ctypes.c_int32),
             ("workspace", ctypes.c_void_p),
             ("workspace_bytes", ctypes.c_size_t),
+            ("head_dim_v", ctypes.c_int32),
         ]
     )
 

@@ -76,18 +76,27 @@ def tma_ready(t):
     autograd hands the backward for out.sum()); copying those is better than refusing them.
     clone(contiguous_format) rather than contiguous(): the latter keeps odd strides on size-1 dimensions.
     """
-    strides = t.stride()
+    abi_strides = _in_place_strides(t.stride())
+    if abi_strides is not None and not t.data_ptr() % _TMA_ALIGN_BYTES:
+        return t, abi_strides
+    t = t.clone(memory_format=torch.contiguous_format)
+    return t, _strides(t)
+
+
+def _in_place_strides(strides):
+    """The flash4_strides of a tensor with these torch strides when TMA can read it in place from a 16-byte
+    aligned address (a contiguous last dimension, every other stride positive and a 16-byte multiple), else
+    None."""
     if len(strides) == 4:
         batch, seq, head, last = strides
         abi_strides = (batch, seq, head)
     else:  # varlen rows: no batch axis (the ABI ignores its batch stride)
         seq, head, last = strides
         batch, abi_strides = seq, (0, seq, head)
-    addresses = t.data_ptr() | (batch | seq | head) * _ELEMENT_BYTES  # a multiple of 16 iff each one is
-    if last == 1 and batch > 0 and seq > 0 and head > 0 and not addresses % _TMA_ALIGN_BYTES:
-        return t, abi_strides
-    t = t.clone(memory_format=torch.contiguous_format)
-    return t, _strides(t)
+    aligned = not (batch | seq | head) * _ELEMENT_BYTES % _TMA_ALIGN_BYTES
+    if last == 1 and batch > 0 and seq > 0 and head > 0 and aligned:
+        return abi_strides
+    return None
 
 
 def _strides(t):
@@ -100,6 +109,59 @@ def lse_shape(q):
     """(B, Hq, Sq), or (Hq, total_q) for varlen rows."""
     shape = q.shape
     return (shape[0], shape[2], shape[1]) if len(shape) == 4 else (shape[1], shape[0])
+
+
+class _Layout:
+    """What the shapes, strides and dtype of a call's q, k and v fix, worked out once per distinct layout (a
+    training or decoding loop repeats a few): their flash4_strides, whether TMA can read all three in place
+    (their addresses aside), and the sizes and strides of the outputs and gradients. It also stands for all of
+    that in the params templates' keys. Only real tensors reach it (their sizes are ints, so hashable)."""
+
+    __slots__ = ("strides", "in_place", "out_like_q", "out_size", "lse_size", "out_strides", "grad_strides")
+
+    def __init__(self, q, k, v):
+        self.strides = (_strides(q), _strides(k), _strides(v))
+        self.in_place = all(_in_place_strides(t.stride()) is not None for t in (q, k, v))
+        self.out_like_q = v.shape[-1] == q.shape[-1]
+        self.out_size = out_shape(q, v)
+        self.lse_size = lse_shape(q)
+        self.out_strides = _packed_strides(self.out_size)
+        self.grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
+
+    def empty_outputs(self, q):
+        """out (packed) and lse fp32 of a call on q, as empty_outputs() makes them."""
+        device = q.device
+        if self.out_like_q:
+            out = torch.empty_like(q, memory_format=_PACKED)
+        else:
+            out = torch.empty(*self.out_size, dtype=q.dtype, device=device)
+        return out, torch.empty(*self.lse_size, dtype=torch.float32, device=device)
+
+
+_LAYOUTS_KEPT = 256  # cleared when full, as the params templates are
+_LAYOUTS = {}
+
+
+def _layout(q, k, v):
+    """The _Layout of q, k, v, from the cache when their shapes, strides and dtype were seen before."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _Layout(q, k, v)
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
+
+
+def _readable(q, k, v):
+    """(q, k, v, their _Layout): the tensors themselves when TMA can read them in place, else packed copies of
+    those it cannot (tma_ready)."""
+    layout = _layout(q, k, v)
+    if layout.in_place and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % _TMA_ALIGN_BYTES:
+        return q, k, v, layout
+    q, k, v = tma_ready(q)[0], tma_ready(k)[0], tma_ready(v)[0]
+    return q, k, v, _layout(q, k, v)
 
 
 def _problem(q, k, options, varlen):
@@ -174,21 +236,37 @@ _FWD_TEMPLATES = _Templates(_abi.FwdParams, "q", "lse", "sink", "seqused_k")
 _BWD_TEMPLATES = _Templates(_abi.BwdParams, "q", "dv", "sink", "seqused_k")
 
 
-def _key(q, k, v, strides, options, varlen, block_table=None):
+def _key(tensors, options, varlen, block_table=None):
     """Every value but the addresses that the params fields are computed from (see _problem and the paged
-    fields of fwd_params; k's shape holds the pages' count and size)."""
+    fields of fwd_params; k's shape holds the pages' count and size). tensors: q, k, v's _Layout, or the same
+    values read from the tensors."""
     varlen_sizes = None if varlen is None else (varlen[0].shape[0], varlen[2], varlen[3])
     paged = None if block_table is None else block_table.stride(0)
-    return q.shape, k.shape, v.shape[-1], q.dtype, strides, options, varlen_sizes, paged
+    return tensors, options, varlen_sizes, paged
 
 
-def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_table=None, extras=NO_EXTRAS):
+def _tensors_key(q, k, v, strides):
+    """What a _Layout stands for in _key, read from tensors that have none (their strides given)."""
+    return q.shape, k.shape, v.shape[-1], q.dtype, strides
+
+
+_NO_FWD_EXTRA_POINTERS = (0, 0, 0)
+
+
+def fwd_params(q, k, v, out, lse, options, varlen=None, layout=None, block_table=None, extras=NO_EXTRAS):
     """flash4_fwd_params for these tensors, which the caller keeps alive until the call (any device: the CPU
-    tests fill it from CPU tensors). strides: the flash4_strides of q, k, v, out when the caller has them.
+    tests fill it from CPU tensors). layout: the _Layout of q, k, v when the caller has it, out then packed.
     block_table (varlen only): k and v are the pages (num_pages, page_size, Hkv, D / Dv) of a paged cache."""
-    strides = strides or tuple(_strides(t) for t in (q, k, v, out))
+    if layout is None:
+        strides = tuple(_strides(t) for t in (q, k, v, out))
+        tensors = _tensors_key(q, k, v, strides)
+    else:
+        strides, tensors = (*layout.strides, layout.out_strides), layout
     pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
-    extra_pointers = tuple(_pointer(t) for t in extras)  # sink, seqused_q, seqused_k
+    if extras is NO_EXTRAS:
+        extra_pointers = _NO_FWD_EXTRA_POINTERS
+    else:
+        extra_pointers = tuple(_pointer(t) for t in extras)  # sink, seqused_q, seqused_k
 
     def pack():
         problem, varlen_fields = _problem(q, k, options, varlen)
@@ -203,15 +281,20 @@ def fwd_params(q, k, v, out, lse, options, varlen=None, strides=None, block_tabl
                                     *out_strides, *problem, *varlen_fields, 0, 0, v.shape[-1], *paged_fields,
                                     *extra_pointers)
 
-    key = _key(q, k, v, strides, options, varlen, block_table)
+    key = _key(tensors, options, varlen, block_table)
     return _FWD_TEMPLATES.params(key, pack, pointers, extra_pointers, varlen, block_table)
 
 
-def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, strides=None, extras=NO_EXTRAS, dsink=None):
-    """flash4_bwd_params for these tensors, which the caller keeps alive until the call. strides: the
-    flash4_strides of q, k, v, out, dout, dq, dk, dv when the caller has them. dsink: float32 (Hq,), required
-    with extras.sink."""
-    strides = strides or tuple(_strides(t) for t in (q, k, v, out, dout, dq, dk, dv))
+def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, layout=None, extras=NO_EXTRAS, dsink=None):
+    """flash4_bwd_params for these tensors, which the caller keeps alive until the call. layout: the _Layout of
+    q, k, v when the caller has it, dq, dk, dv then packed. dsink: float32 (Hq,), required with extras.sink."""
+    if layout is None:
+        strides = tuple(_strides(t) for t in (q, k, v, out, dout, dq, dk, dv))
+        tensors = _tensors_key(q, k, v, strides)
+    else:
+        out_strides, dout_strides = _strides(out), _strides(dout)
+        strides = (*layout.strides, out_strides, dout_strides, *layout.grad_strides)
+        tensors = (layout, out_strides, dout_strides)
     pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(), lse.data_ptr(),
                 dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
     sink, seqused_q, seqused_k = extras
@@ -224,7 +307,7 @@ def bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen=None, stride
                                     *dk_s, *dv_s, *problem, int(options.deterministic), *varlen_fields, 0, 0,
                                     v.shape[-1], *extra_pointers)
 
-    return _BWD_TEMPLATES.params(_key(q, k, v, strides, options, varlen), pack, pointers, extra_pointers, varlen)
+    return _BWD_TEMPLATES.params(_key(tensors, options, varlen), pack, pointers, extra_pointers, varlen)
 
 
 def _packed_strides(shape):
@@ -263,14 +346,13 @@ def forward(q, k, v, options, varlen=None, block_table=None, extras=NO_EXTRAS):
     """(out (q's shape with v's head dim), lse (B, Hq, Sq) or (Hq, total_q)) of flash4_fwd; with block_table
     (varlen), k and v are the pages of a paged cache, read in place (a copy of a whole cache would cost more
     than the call). Rows past seqused_q are left as torch.empty allocated them, as in FlashAttention 3."""
-    q, q_strides = tma_ready(q)
     if block_table is None:
-        (k, k_strides), (v, v_strides) = tma_ready(k), tma_ready(v)
+        q, k, v, layout = _readable(q, k, v)
     else:
-        k_strides, v_strides = _strides(k), _strides(v)
-    out, lse = empty_outputs(q, v)
-    strides = (q_strides, k_strides, v_strides, _packed_strides(out.shape))
-    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, strides, block_table, extras), q.device)
+        q = tma_ready(q)[0]
+        layout = _layout(q, k, v)
+    out, lse = layout.empty_outputs(q)
+    run("fwd", fwd_params(q, k, v, out, lse, options, varlen, layout, block_table, extras), q.device)
     return out, lse
 
 
@@ -278,15 +360,13 @@ def backward(dout, q, k, v, out, lse, options, varlen=None, extras=NO_EXTRAS, ds
     """(dq, dk, dv) of flash4_bwd, new tensors; with extras.sink, the sinks' gradient goes into `dsink` (float32
     (Hq,)). Gradients of rows past seqused are zeros (the kernels leave those rows alone; autograd must not see
     torch.empty's leftovers)."""
-    (dout, dout_s), (q, q_s), (k, k_s), (v, v_s), (out, out_s) = (
-        tma_ready(dout), tma_ready(q), tma_ready(k), tma_ready(v), tma_ready(out))
+    q, k, v, layout = _readable(q, k, v)
+    (dout, _), (out, _) = tma_ready(dout), tma_ready(out)
     lse = lse.contiguous()  # held here until the launch: see the module's docstring
     unused_rows = extras.seqused_q is not None or extras.seqused_k is not None
     dq, dk, dv = (torch.zeros_like(t, memory_format=torch.contiguous_format) for t in (q, k, v)) if unused_rows \
         else empty_grads(q, k, v)
-    grad_strides = (_packed_strides(q.shape), _packed_strides(k.shape), _packed_strides(v.shape))
-    strides = (q_s, k_s, v_s, out_s, dout_s, *grad_strides)
-    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, strides, extras, dsink), q.device)
+    run("bwd", bwd_params(dout, q, k, v, out, lse, dq, dk, dv, options, varlen, layout, extras, dsink), q.device)
     return dq, dk, dv
 
 
@@ -316,7 +396,11 @@ def _call_on_current_device(lib, direction, params, index, device):
     # (a large one, right after the launch) is stream-ordered, and under CUDA graph capture it lands in the
     # graph's pool.
     stream = torch._C._cuda_getCurrentRawStream(index)
-    allocate = workspace_allocator(index, stream, device, torch._C._cuda_isCurrentStreamCapturing())
+
+    def allocate(size):
+        # Whether the stream is capturing (a CUDA runtime query) is asked only of a call that needs a workspace.
+        return workspace_allocator(index, stream, device, torch._C._cuda_isCurrentStreamCapturing())(size)
+
     error, workspace = call_library(lib, direction, params, stream, allocate)
     del workspace
     return error

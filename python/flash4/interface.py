@@ -187,7 +187,8 @@ def run(inputs, split, options, varlen, return_lse, sink=None, seqused=(None, No
     if type(return_lse) is not bool:
         _checks.check_flag("return_lse", return_lse)
     tensors = inputs if varlen is None else (*inputs, varlen.cu_seqlens_q, varlen.cu_seqlens_k)
-    tensors += tuple(t for t in (sink, *seqused) if t is not None)
+    if sink is not None or seqused[0] is not None or seqused[1] is not None:  # the common case builds nothing
+        tensors += tuple(t for t in (sink, *seqused) if t is not None)
     if _eager.eager_call(*tensors):
         out, lse = _eager.attention(_eager.Call(options, varlen, split, seqused), *inputs, sink=sink)
     elif varlen is None:

@@ -3,12 +3,13 @@
     out = flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=lens, causal=True)
 
 q is (batch, seqlen_q, heads_q, head_dim); the cache is (cache_batch, capacity, heads_kv, head_dim), or, with
-block_table (batch, max_pages_per_seq) int32, paged as (num_pages, page_size, heads_kv, head_dim). When k and
-v (batch, seqlen_new, heads_kv, head_dim) are given they are written into the cache in place at
-cache_seqlens[b], and the queries attend to the cache's first cache_seqlens[b] + seqlen_new keys; causal and
-windows are bottom-right aligned to that length (query i's diagonal is key i + cache_seqlens[b] + seqlen_new
-- seqlen_q). Returns out (batch, seqlen_q, heads_q, head_dim), and with return_softmax_lse=True also the
-natural-log LSE (batch, heads_q, seqlen_q) fp32. No gradient. The C ABI is include/flash4/flash4_kvcache.h.
+block_table (batch, max_pages_per_seq) int32, paged as (num_pages, page_size, heads_kv, head_dim); v_cache
+and v may have a head dim of their own (head_dim_v, e.g. 128 with q's 192). When k and v (batch, seqlen_new,
+heads_kv, head_dim) are given they are written into the cache in place at cache_seqlens[b], and the queries
+attend to the cache's first cache_seqlens[b] + seqlen_new keys; causal and windows are bottom-right aligned to
+that length (query i's diagonal is key i + cache_seqlens[b] + seqlen_new - seqlen_q). Returns out (batch,
+seqlen_q, heads_q, head_dim_v), and with return_softmax_lse=True also the natural-log LSE (batch, heads_q,
+seqlen_q) fp32. No gradient. The C ABI is include/flash4/flash4_kvcache.h.
 
 Arguments are checked here before anything is launched, each message naming the argument. In eager mode the
 device-side values (cache_seqlens, cache_batch_idx and the block_table entries each sequence uses) are also
@@ -26,12 +27,11 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _kvcache_abi, _launch
-from ._checks import DTYPES
+from ._checks import DTYPES, HEAD_DIMS
 from ._checks import check_int as _check_int
 from ._loader import load_library
 from .interface import _values_readable, make_options
 
-HEAD_DIMS = (64, 128)
 MAX_SPLITS = 128
 _CHUNK_BYTES = 16  # the kernels move 16-byte chunks: pointers and strides must be multiples of it
 _NOT_SUPPORTED = ("rotary_cos", "rotary_sin", "cache_leftpad", "alibi_slopes")
@@ -44,8 +44,9 @@ def flash_attn_with_kvcache(
 ):
     """FlashAttention's flash_attn_with_kvcache (its argument order), on flash4's decode kernel.
 
-    bf16 or fp16 CUDA tensors, head_dim 64 or 128, heads_q a multiple of heads_kv (GQA/MQA: the query heads of
-    a KV head are processed together, so each cache byte is read once). cache_seqlens: an int or an int32
+    bf16 or fp16 CUDA tensors, head dims (q and k's, v's) multiples of 8 up to 256, heads_q a multiple of
+    heads_kv (GQA/MQA: the query heads of a KV head are processed together, so each cache byte is read once).
+    cache_seqlens: an int or an int32
     (batch,) tensor, the keys already in each sequence's cache (default: the whole capacity; required to
     append). cache_batch_idx (int32 (batch,), not paged): which cache sequence each sequence uses.
     num_splits: 0 lets a heuristic split each sequence's keys over several kernel blocks when the batch is too
@@ -142,19 +143,23 @@ def _check_tensors(q, k_cache, v_cache, k, v, paged):
             raise ValueError(f"{name} must be 4-D {shape} with a contiguous last dimension, got shape "
                              f"{tuple(t.shape)} and strides {t.stride()}")
     batch, _, heads_q, head_dim = q.shape
+    head_dim_v = v_cache.shape[-1]
     if min(q.shape) < 1 or min(k_cache.shape) < 1:
         raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must have no empty dimension")
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"q has head_dim {head_dim}; flash_attn_with_kvcache supports {HEAD_DIMS[0]} and {HEAD_DIMS[1]}")
-    if v_cache.shape != k_cache.shape or k_cache.shape[-1] != head_dim:
-        raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape, "
-                         f"with q's head_dim {head_dim}")
+    for name, dim in (("q", head_dim), ("v_cache", head_dim_v)):
+        if dim not in HEAD_DIMS:
+            raise ValueError(f"{name} has head_dim {dim}; flash_attn_with_kvcache supports head dims that are "
+                             f"multiples of 8 from 8 to 256")
+    if v_cache.shape[:-1] != k_cache.shape[:-1] or k_cache.shape[-1] != head_dim:
+        raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape "
+                         f"but for v's head dim, with q's head_dim {head_dim} in k_cache")
     heads_kv = k_cache.shape[2]
     if heads_q % heads_kv != 0:
         raise ValueError(f"q has {heads_q} heads, not a multiple of the cache's {heads_kv} (GQA/MQA)")
-    if k is not None and (k.shape != v.shape or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:]):
+    if k is not None and (k.shape[:-1] != v.shape[:-1] or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:]
+                          or v.shape[-1] != head_dim_v):
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must be (batch={batch}, seqlen_new, "
-                         f"heads_kv={heads_kv}, head_dim={head_dim})")
+                         f"heads_kv={heads_kv}, head_dim={head_dim} for k and {head_dim_v} for v)")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         step = _CHUNK_BYTES // t.element_size()
         misaligned = _has_address(t) and t.data_ptr() % _CHUNK_BYTES
@@ -202,6 +207,7 @@ def kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_bat
         setattr(p, f"{name}_strides", _launch._strides(t))
     p.lse = lse.data_ptr()
     p.batch, p.seqlen_q, p.heads_q, p.head_dim = q.shape
+    p.head_dim_v = v_cache.shape[-1]
     p.heads_kv = k_cache.shape[2]
     if k is not None:
         p.k_new, p.v_new = k.data_ptr(), v.data_ptr()
@@ -228,8 +234,10 @@ def _library():
     return _kvcache_abi.bind(load_library())
 
 
-def _empty_outputs(q):
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+def _empty_outputs(q, v_cache):
+    """out (B, Sq, Hq, v's head dim) and lse (B, Hq, Sq)."""
+    out = q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
+    return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("flash4::kvcache", mutates_args=("k_cache", "v_cache"), device_types="cuda")
@@ -238,11 +246,11 @@ def kvcache(
     cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, num_splits: int,
 ) -> tuple[Tensor, Tensor]:
-    """The append (into k_cache / v_cache, in place) and the attention; out (B, Sq, Hq, D), lse (B, Hq, Sq)."""
+    """The append (into k_cache / v_cache, in place) and the attention; out (B, Sq, Hq, Dv), lse (B, Hq, Sq)."""
     q, _ = _launch.tma_ready(q)  # 16-byte aligned with 16-byte strides, else a packed copy (the cache never is)
     if k is not None:
         (k, _), (v, _) = _launch.tma_ready(k), _launch.tma_ready(v)
-    out, lse = _empty_outputs(q)
+    out, lse = _empty_outputs(q, v_cache)
     params = kvcache_params(q, k_cache, v_cache, k, v, out, lse, cache_seqlens, cache_batch_idx, block_table,
                             softmax_scale, causal, window_left, window_right, softcap, num_splits)
     lib = _library()
@@ -259,4 +267,4 @@ def kvcache(
 
 @kvcache.register_fake
 def _(q, k_cache, v_cache, *rest):
-    return _empty_outputs(q)
+    return _empty_outputs(q, v_cache)

@@ -3,6 +3,7 @@
 #include "api/kvcache_validate.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -16,7 +17,8 @@
 namespace flash4::api {
 namespace {
 
-constexpr std::size_t kStructSizes[] = {sizeof(flash4_kvcache_params)};
+// Every released layout of flash4_kvcache_params: the first ends before head_dim_v.
+constexpr std::size_t kStructSizes[] = {offsetof(flash4_kvcache_params, head_dim_v), sizeof(flash4_kvcache_params)};
 constexpr std::int64_t kElementBytes = decode::kElementBytes;
 constexpr std::int64_t kChunkBytes = decode::kChunkBytes;  // the kernels move 16-byte chunks
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
@@ -60,11 +62,9 @@ Check check_kind(const flash4_kvcache_params& p) {
     return reject(FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype is ", static_cast<int>(p.dtype),
                   "; allowed: FLASH4_DTYPE_BF16 (0), FLASH4_DTYPE_FP16 (1)");
   }
-  if (!decode::supports_head_dim(p.head_dim)) {
-    return reject(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is ", p.head_dim,
-                  "; flash4_kvcache supports head_dim 64 and 128");
-  }
-  return {};
+  // The forward's rule: any pair of multiples of 8 up to the widest decode kernel.
+  static_assert(decode::kMaxWidth == 256 && decode::kChunkElements == 8, "the head dims of flash4.h's rule 3");
+  return check_head_dims(p.head_dim, p.head_dim_v);
 }
 
 Check check_sizes(const flash4_kvcache_params& p) {
@@ -160,25 +160,29 @@ Check check_scores_and_mask(const flash4_kvcache_params& p) {
   return {};
 }
 
-// A 4-D tensor the kernels read or write: its pointer, strides and the extents of its first three axes.
+// A 4-D tensor the kernels read or write: its pointer, strides, the extents of its first three axes and its
+// head dim (the columns of a row the kernels touch).
 struct Tensor {
   const char* name;
   const void* data;
   flash4_strides strides;
   std::int64_t extent[3];
+  std::int64_t columns;
 };
 
 std::vector<Tensor> tensors_of(const flash4_kvcache_params& p) {
   const bool paged = p.block_table != nullptr;
   const std::int64_t slots = paged ? p.num_pages : p.cache_batch;
   const std::int64_t rows = paged ? p.page_size : p.cache_seqlen;
-  std::vector<Tensor> tensors = {{"q", p.q, p.q_strides, {p.batch, p.seqlen_q, p.heads_q}},
-                                 {"o", p.o, p.o_strides, {p.batch, p.seqlen_q, p.heads_q}},
-                                 {"k_cache", p.k_cache, p.k_cache_strides, {slots, rows, p.heads_kv}},
-                                 {"v_cache", p.v_cache, p.v_cache_strides, {slots, rows, p.heads_kv}}};
+  const std::int64_t d = p.head_dim;
+  const std::int64_t dv = p.head_dim_v != 0 ? p.head_dim_v : p.head_dim;
+  std::vector<Tensor> tensors = {{"q", p.q, p.q_strides, {p.batch, p.seqlen_q, p.heads_q}, d},
+                                 {"o", p.o, p.o_strides, {p.batch, p.seqlen_q, p.heads_q}, dv},
+                                 {"k_cache", p.k_cache, p.k_cache_strides, {slots, rows, p.heads_kv}, d},
+                                 {"v_cache", p.v_cache, p.v_cache_strides, {slots, rows, p.heads_kv}, dv}};
   if (p.seqlen_new > 0) {
-    tensors.push_back({"k_new", p.k_new, p.k_new_strides, {p.batch, p.seqlen_new, p.heads_kv}});
-    tensors.push_back({"v_new", p.v_new, p.v_new_strides, {p.batch, p.seqlen_new, p.heads_kv}});
+    tensors.push_back({"k_new", p.k_new, p.k_new_strides, {p.batch, p.seqlen_new, p.heads_kv}, d});
+    tensors.push_back({"v_new", p.v_new, p.v_new_strides, {p.batch, p.seqlen_new, p.heads_kv}, dv});
   }
   return tensors;
 }
@@ -194,7 +198,7 @@ Check check_memory(const flash4_kvcache_params& p) {
     const std::int64_t strides[3] = {t.strides.batch, t.strides.seq, t.strides.head};
     // The largest element offset the kernels touch, in int64 (an axis of extent 1 is only indexed by 0, so
     // its stride is never used and not checked: torch gives such axes arbitrary strides).
-    std::int64_t largest = p.head_dim - 1;
+    std::int64_t largest = t.columns - 1;
     for (int axis = 0; axis < 3; ++axis) {
       if (t.extent[axis] == 1) continue;
       const std::int64_t stride = strides[axis];
@@ -251,7 +255,7 @@ bool is_known_struct_size(const flash4_kvcache_params& params) {
 Check validate_kvcache(const flash4_kvcache_params& p) {
   if (!is_known_struct_size(p)) {
     return reject(FLASH4_ERROR_INVALID_STRUCT_SIZE, "params.struct_size is ", p.struct_size,
-                  "; this library knows flash4_kvcache_params of ", sizeof(flash4_kvcache_params),
+                  "; this library knows flash4_kvcache_params layouts of ", kStructSizes[0], ", ", kStructSizes[1],
                   " bytes (set struct_size = sizeof(flash4_kvcache_params))");
   }
   for (Check (*check)(const flash4_kvcache_params&) :
@@ -264,6 +268,7 @@ Check validate_kvcache(const flash4_kvcache_params& p) {
 flash4_kvcache_params canonicalize(const flash4_kvcache_params& params) {
   flash4_kvcache_params p = params;
   if (p.causal == 1) p.window_right = 0;
+  if (p.head_dim_v == 0) p.head_dim_v = p.head_dim;
   return p;
 }
 

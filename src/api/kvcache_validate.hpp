@@ -11,7 +11,8 @@ namespace flash4::api {
 
 bool is_known_struct_size(const flash4_kvcache_params& params);
 Check validate_kvcache(const flash4_kvcache_params& params);
-// Validated params as the host layer sees them: causal = 1 sets window_right = 0.
+// Validated params as the host layer sees them: causal = 1 sets window_right = 0, head_dim_v = 0 reads as
+// head_dim.
 flash4_kvcache_params canonicalize(const flash4_kvcache_params& params);
 
 }  // namespace flash4::api

@@ -59,18 +59,7 @@ Check check_kind(const Problem& p) {
     return fail(FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype is ", p.dtype,
                 "; allowed: FLASH4_DTYPE_BF16 (0), FLASH4_DTYPE_FP16 (1)");
   }
-  const auto supported = [](std::int32_t dim) {
-    return dim >= kHeadDimMultiple && dim <= kMaxHeadDim && dim % kHeadDimMultiple == 0;
-  };
-  if (!supported(p.head_dim)) {
-    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is ", p.head_dim, "; allowed: a multiple of ",
-                kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");
-  }
-  if (p.head_dim_v != 0 && !supported(p.head_dim_v)) {
-    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v is ", p.head_dim_v, "; allowed: 0 (equal to head_dim) ",
-                "or a multiple of ", kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");
-  }
-  return {};
+  return check_head_dims(p.head_dim, p.head_dim_v);
 }
 
 Check check_varlen(const Problem& p) {
@@ -248,6 +237,21 @@ Params canonical(Params p) {
 }
 
 }  // namespace
+
+Check check_head_dims(std::int32_t head_dim, std::int32_t head_dim_v) {
+  const auto supported = [](std::int32_t dim) {
+    return dim >= kHeadDimMultiple && dim <= kMaxHeadDim && dim % kHeadDimMultiple == 0;
+  };
+  if (!supported(head_dim)) {
+    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is ", head_dim, "; allowed: a multiple of ",
+                kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");
+  }
+  if (head_dim_v != 0 && !supported(head_dim_v)) {
+    return fail(FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v is ", head_dim_v, "; allowed: 0 (equal to head_dim) ",
+                "or a multiple of ", kHeadDimMultiple, " in [", kHeadDimMultiple, ", ", kMaxHeadDim, "]");
+  }
+  return {};
+}
 
 bool is_known_struct_size(const flash4_fwd_params& params) {
   return contains(kFwdStructSizes, params.struct_size);

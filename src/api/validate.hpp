@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "flash4/flash4.h"
@@ -35,6 +36,10 @@ Check validate_bwd(const flash4_bwd_params& params);
 // A validated problem with no query rows or no key rows: nothing to compute (host::is_empty_problem).
 bool is_empty(const flash4_fwd_params& params);
 bool is_empty(const flash4_bwd_params& params);
+
+// Rule 3's head dims, shared with flash4_kvcache: head_dim a multiple of 8 in [8, 256], head_dim_v 0 or the
+// same (UNSUPPORTED_HEAD_DIM, naming the one at fault).
+Check check_head_dims(std::int32_t head_dim, std::int32_t head_dim_v);
 
 // The params the host layer sees for validated input: causal = 1 sets window_right = 0.
 flash4_fwd_params canonicalize(const flash4_fwd_params& params);

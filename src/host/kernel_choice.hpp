@@ -17,9 +17,11 @@ struct BuiltKernel {
   int head_dim;
 };
 
-// The forward and backward kernels of this build.
+// The forward, backward and decode (flash4_kvcache) kernels of this build; a decode kernel's head dim is
+// its width (launch/decode_config.hpp), and it serves head dims up to it by the same rule.
 std::span<const BuiltKernel> built_forward_kernels();
 std::span<const BuiltKernel> built_backward_kernels();
+std::span<const BuiltKernel> built_decode_kernels();
 
 // The smallest head dim of `built` for `dtype` that is >= needed; 0 when there is none.
 int serving_head_dim(std::span<const BuiltKernel> built, flash4_dtype dtype, int needed);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "host/kernel_choice.hpp"
 #include "launch/decode_config.hpp"
 
 namespace flash4::host {
@@ -28,8 +29,8 @@ std::int64_t kvcache_capacity(const flash4_kvcache_params& p) {
 
 bool kvcache_plan_needs_device(const flash4_kvcache_params& p) { return p.num_splits == 0; }
 
-int choose_splits(std::int64_t ctas_per_split, int key_blocks, int sm_count) {
-  const std::int64_t wave = std::int64_t{sm_count} * decode::kCtasPerSm;
+int choose_splits(std::int64_t ctas_per_split, int key_blocks, int sm_count, int ctas_per_sm) {
+  const std::int64_t wave = std::int64_t{sm_count} * ctas_per_sm;
   if (sm_count <= 0 || static_cast<double>(ctas_per_split) >= kBusyFraction * static_cast<double>(wave)) return 1;
   const int most = static_cast<int>(
       std::min<std::int64_t>({decode::kMaxSplits, wave, key_blocks / kMinBlocksPerSplit}));
@@ -42,8 +43,9 @@ int choose_splits(std::int64_t ctas_per_split, int key_blocks, int sm_count) {
   return 1;
 }
 
-KvcachePlan plan_kvcache(const flash4_kvcache_params& p, int sm_count) {
+KvcachePlan plan_kvcache(const flash4_kvcache_params& p, int width, int sm_count) {
   KvcachePlan plan;
+  plan.width = width;
   plan.group = p.heads_q / p.heads_kv;
   plan.rows = p.seqlen_q * plan.group;
   plan.row_tiles = decode::row_tiles_for(plan.rows);
@@ -52,14 +54,16 @@ KvcachePlan plan_kvcache(const flash4_kvcache_params& p, int sm_count) {
   plan.capacity = static_cast<int>(kvcache_capacity(p));
   plan.key_blocks = (plan.capacity + decode::kBlockKeys - 1) / decode::kBlockKeys;
   const std::int64_t ctas_per_split = std::int64_t{plan.row_blocks} * p.heads_kv * p.batch;
-  const int requested = p.num_splits == 0 ? choose_splits(ctas_per_split, plan.key_blocks, sm_count) : p.num_splits;
+  const int requested = p.num_splits == 0
+                            ? choose_splits(ctas_per_split, plan.key_blocks, sm_count, decode::ctas_per_sm(width))
+                            : p.num_splits;
   // At most one split per key block (an empty cache still runs one).
   plan.splits = std::max(1, std::min(requested, plan.key_blocks));
   plan.ctas = ctas_per_split * plan.splits;
   if (plan.splits > 1) {
     const std::size_t partial_rows =
         static_cast<std::size_t>(plan.splits) * p.batch * static_cast<std::size_t>(p.seqlen_q) * p.heads_q;
-    plan.partial_o_bytes = partial_rows * p.head_dim * sizeof(float);
+    plan.partial_o_bytes = partial_rows * static_cast<std::size_t>(value_head_dim(p)) * sizeof(float);
     plan.partial_lse_offset = align_up(plan.partial_o_bytes);
     plan.workspace_bytes = plan.partial_lse_offset + align_up(partial_rows * sizeof(float));
   }

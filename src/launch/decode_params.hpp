@@ -5,15 +5,9 @@
 #include <cstdint>
 
 #include "kernels/common/fast_divmod.hpp"
+#include "launch/tensor_strides.hpp"
 
 namespace flash4 {
-
-// Element strides of a 4-D (batch or page, seq, head, dim) tensor; dim is contiguous.
-struct RowStrides {
-  int64_t batch;
-  int64_t seq;
-  int64_t head;
-};
 
 struct DecodeParams {
   const void* q;
@@ -23,13 +17,19 @@ struct DecodeParams {
   const void* v_new;
   void* o;
   float* lse;  // optional: (batch, heads_q, seqlen_q)
-  RowStrides q_strides, k_cache_strides, v_cache_strides, k_new_strides, v_new_strides, o_strides;
+  // A paged cache's batch stride is its page stride.
+  TensorStrides q_strides, k_cache_strides, v_cache_strides, k_new_strides, v_new_strides, o_strides;
 
   int batch;
   int seqlen_q;
   int seqlen_new;
   int heads_q;
   int heads_kv;
+  // The call's true head dims: head_dim of q, k_cache and k_new, head_dim_v of v_cache, v_new and o (multiples
+  // of 8, at most the kernel's width). Loads zero-fill the kernel's columns past them, and nothing is
+  // written past them.
+  int head_dim;
+  int head_dim_v;
   int group;  // heads_q / heads_kv
   int rows;   // seqlen_q * group packed query rows per (sequence, KV head)
   int row_blocks;  // CTAs along the packed rows
@@ -52,7 +52,7 @@ struct DecodeParams {
   int window_right;  // -1: unbounded; 0 for causal
 
   // Split-KV: with splits > 1 each CTA writes its normalized partial O (fp32) and natural-log LSE for its
-  // rows to these arrays, indexed [split][batch][seqlen_q][heads_q] (times head_dim for O), and the
+  // rows to these arrays, indexed [split][batch][seqlen_q][heads_q] (times head_dim_v for O), and the
   // combine kernel writes o and lse.
   int splits;
   float* partial_o;

@@ -21,6 +21,7 @@ Problem forward_problem(const KvcacheProblem& p) {
   f.heads_q = p.heads_q;
   f.heads_kv = p.heads_kv;
   f.head_dim = p.head_dim;
+  f.head_dim_v = p.dim_v();
   f.scale = p.scale;
   f.causal = p.causal;
   f.window_left = p.window_left;
@@ -54,10 +55,10 @@ std::vector<Real> call_lse_layout(const KvcacheProblem& p, const std::vector<Rea
 void check_inputs(const KvcacheProblem& p, const KvcacheInputs& in) {
   validate(p);
   detail::check_size(in.q, p.q_elements(), "q");
-  detail::check_size(in.k_cache, p.cache_elements(), "k_cache");
-  detail::check_size(in.v_cache, p.cache_elements(), "v_cache");
-  detail::check_size(in.k_new, p.new_elements(), "k_new");
-  detail::check_size(in.v_new, p.new_elements(), "v_new");
+  detail::check_size(in.k_cache, p.k_cache_elements(), "k_cache");
+  detail::check_size(in.v_cache, p.v_cache_elements(), "v_cache");
+  detail::check_size(in.k_new, p.k_new_elements(), "k_new");
+  detail::check_size(in.v_new, p.v_new_elements(), "v_new");
 }
 
 // The appended cache gathered into a forward problem, with inputs rounded by `round` (identity for fp64).
@@ -74,17 +75,24 @@ GatheredKv appended_and_gathered(const KvcacheProblem& p, const KvcacheInputs& i
 std::size_t KvcacheProblem::q_elements() const {
   return static_cast<std::size_t>(batch) * seqlen_q * heads_q * head_dim;
 }
-std::size_t KvcacheProblem::new_elements() const {
+std::size_t KvcacheProblem::o_elements() const {
+  return static_cast<std::size_t>(batch) * seqlen_q * heads_q * dim_v();
+}
+std::size_t KvcacheProblem::k_new_elements() const {
   return static_cast<std::size_t>(batch) * seqlen_new * heads_kv * head_dim;
 }
-std::size_t KvcacheProblem::cache_elements() const {
+std::size_t KvcacheProblem::v_new_elements() const {
+  return static_cast<std::size_t>(batch) * seqlen_new * heads_kv * dim_v();
+}
+std::size_t KvcacheProblem::k_cache_elements() const {
   const std::size_t slots = paged() ? num_pages : cache_batch;
   const std::size_t rows = paged() ? page_size : cache_seqlen;
   return slots * rows * heads_kv * head_dim;
 }
+std::size_t KvcacheProblem::v_cache_elements() const { return k_cache_elements() / head_dim * dim_v(); }
 std::size_t KvcacheProblem::lse_elements() const { return static_cast<std::size_t>(batch) * heads_q * seqlen_q; }
 
-std::size_t KvcacheProblem::cache_index(int b, int key, int h) const {
+std::size_t KvcacheProblem::cache_row(int b, int key, int h) const {
   std::size_t slot = 0;
   std::size_t row = 0;
   std::size_t rows_per_slot = 0;
@@ -97,14 +105,14 @@ std::size_t KvcacheProblem::cache_index(int b, int key, int h) const {
     row = key;
     rows_per_slot = cache_seqlen;
   }
-  return ((slot * rows_per_slot + row) * heads_kv + h) * head_dim;
+  return (slot * rows_per_slot + row) * heads_kv + h;
 }
 
 void validate(const KvcacheProblem& p) {
   require(p.batch >= 1 && p.seqlen_q >= 1 && p.seqlen_new >= 0, "batch and seqlen_q must be >= 1, seqlen_new >= 0");
   require(p.heads_q >= 1 && p.heads_kv >= 1 && p.heads_q % p.heads_kv == 0,
           "heads_q must be a positive multiple of heads_kv");
-  require(p.head_dim >= 1, "head_dim must be >= 1");
+  require(p.head_dim >= 1 && p.head_dim_v >= 0, "head_dim must be >= 1, head_dim_v >= 1 or 0 (equal to head_dim)");
   require(p.softcap >= 0 && p.window_left >= -1 && p.window_right >= -1, "softcap >= 0, windows >= -1");
   if (p.paged()) {
     require(p.num_pages >= 1 && p.max_pages_per_seq >= 1, "num_pages and max_pages_per_seq must be >= 1");
@@ -136,13 +144,14 @@ void validate(const KvcacheProblem& p) {
 void append_new_rows(const KvcacheProblem& p, std::span<float> k_cache, std::span<float> v_cache,
                      std::span<const float> k_new, std::span<const float> v_new) {
   validate(p);
+  const std::size_t d = p.head_dim, dv = p.dim_v();
   for (int b = 0; b < p.batch; ++b) {
     for (int t = 0; t < p.seqlen_new; ++t) {
       for (int h = 0; h < p.heads_kv; ++h) {
-        const std::size_t from = ((static_cast<std::size_t>(b) * p.seqlen_new + t) * p.heads_kv + h) * p.head_dim;
-        const std::size_t to = p.cache_index(b, p.cached(b) + t, h);
-        std::copy_n(k_new.begin() + from, p.head_dim, k_cache.begin() + to);
-        std::copy_n(v_new.begin() + from, p.head_dim, v_cache.begin() + to);
+        const std::size_t from = (static_cast<std::size_t>(b) * p.seqlen_new + t) * p.heads_kv + h;
+        const std::size_t to = p.cache_row(b, p.cached(b) + t, h);
+        std::copy_n(k_new.begin() + from * d, d, k_cache.begin() + to * d);
+        std::copy_n(v_new.begin() + from * dv, dv, v_cache.begin() + to * dv);
       }
     }
   }
@@ -151,14 +160,15 @@ void append_new_rows(const KvcacheProblem& p, std::span<float> k_cache, std::spa
 GatheredKv gather_keys(const KvcacheProblem& p, std::span<const float> k_cache, std::span<const float> v_cache) {
   validate(p);
   GatheredKv gathered{forward_problem(p), {}, {}};
+  const std::size_t d = p.head_dim, dv = p.dim_v();
   gathered.k.reserve(gathered.problem.kv_elements());
-  gathered.v.reserve(gathered.problem.kv_elements());
+  gathered.v.reserve(gathered.problem.v_elements());
   for (int b = 0; b < p.batch; ++b) {
     for (int key = 0; key < p.keys(b); ++key) {
       for (int h = 0; h < p.heads_kv; ++h) {
-        const std::size_t at = p.cache_index(b, key, h);
-        gathered.k.insert(gathered.k.end(), k_cache.begin() + at, k_cache.begin() + at + p.head_dim);
-        gathered.v.insert(gathered.v.end(), v_cache.begin() + at, v_cache.begin() + at + p.head_dim);
+        const std::size_t at = p.cache_row(b, key, h);
+        gathered.k.insert(gathered.k.end(), k_cache.begin() + at * d, k_cache.begin() + (at + 1) * d);
+        gathered.v.insert(gathered.v.end(), v_cache.begin() + at * dv, v_cache.begin() + (at + 1) * dv);
       }
     }
   }

@@ -2,10 +2,10 @@
 // cache (paged or not), gather each sequence's keys, and run the forward reference on them as a varlen problem.
 // So the kvcache reference inherits forward_fp64's exactness and forward_naive's tolerance baseline.
 //
-// Dense float layouts:
-//   q, o          (batch, seqlen_q, heads_q, head_dim);  lse (batch, heads_q, seqlen_q)
-//   k_new, v_new  (batch, seqlen_new, heads_kv, head_dim)
-//   k/v cache     (cache_batch, cache_seqlen, heads_kv, head_dim), or (num_pages, page_size, heads_kv, head_dim)
+// Dense float layouts, D = head_dim for q and the K tensors, Dv = dim_v() for o and the V tensors:
+//   q             (batch, seqlen_q, heads_q, D);  o (batch, seqlen_q, heads_q, Dv);  lse (batch, heads_q, seqlen_q)
+//   k_new, v_new  (batch, seqlen_new, heads_kv, D or Dv)
+//   k/v cache     (cache_batch, cache_seqlen, heads_kv, D or Dv), or (num_pages, page_size, heads_kv, D or Dv)
 // Only valid device-side values are modelled (cache_seqlens in range, block_table entries of the pages a
 // sequence uses inside [0, num_pages)): anything else throws std::invalid_argument naming it.
 #pragma once
@@ -24,7 +24,8 @@ struct KvcacheProblem {
   int seqlen_new = 0;
   int heads_q = 1;
   int heads_kv = 1;
-  int head_dim = 64;
+  int head_dim = 64;    // of q, k_cache, k_new
+  int head_dim_v = 0;   // of v_cache, v_new, o; 0: head_dim
   double scale = 0.125;
   bool causal = false;
   int window_left = -1;
@@ -45,12 +46,17 @@ struct KvcacheProblem {
   int capacity() const { return paged() ? max_pages_per_seq * page_size : cache_seqlen; }
   int cached(int b) const { return cache_seqlens.empty() ? capacity() : cache_seqlens[b]; }
   int keys(int b) const { return cached(b) + seqlen_new; }
+  int dim_v() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
   std::size_t q_elements() const;
-  std::size_t new_elements() const;
-  std::size_t cache_elements() const;
+  std::size_t o_elements() const;
+  std::size_t k_new_elements() const;
+  std::size_t v_new_elements() const;
+  std::size_t k_cache_elements() const;
+  std::size_t v_cache_elements() const;
   std::size_t lse_elements() const;
-  // Index of the first element of key `key` (< capacity) of sequence b, kv head h, in the cache.
-  std::size_t cache_index(int b, int key, int h) const;
+  // The row of key `key` (< capacity) of sequence b, kv head h, in the cache's (slots * rows * heads_kv) rows:
+  // its first element is at row * head_dim in k_cache, row * dim_v() in v_cache.
+  std::size_t cache_row(int b, int key, int h) const;
 };
 
 // Throws std::invalid_argument naming the field when the problem is inconsistent or a device-side value is
@@ -62,7 +68,7 @@ void append_new_rows(const KvcacheProblem& problem, std::span<float> k_cache, st
                      std::span<const float> k_new, std::span<const float> v_new);
 
 // The forward problem the call computes on an appended cache: varlen, sequence b with seqlen_q queries and
-// keys(b) keys gathered into packed k and v (rows, heads_kv, head_dim).
+// keys(b) keys gathered into packed k and v (rows, heads_kv, D or Dv).
 struct GatheredKv {
   Problem problem;
   std::vector<float> k, v;

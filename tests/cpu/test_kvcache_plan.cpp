@@ -58,43 +58,72 @@ TEST(DecodeConfig, RowTilesCoverTheRowsWithADivisorOfTheWarps) {
   EXPECT_EQ(decode::row_tiles_for(33), 4);
 }
 
-TEST(DecodeConfig, SharedMemoryLetsTwoCtasShareAnSm) {
-  constexpr int kPerSm = 228 * 1024, kReservedPerCta = 1024, kSlack = 128;
-  EXPECT_LE(2 * (decode::Config<64>::kSharedBytes + kSlack + kReservedPerCta), kPerSm);
-  EXPECT_LE(2 * (decode::Config<128>::kSharedBytes + kSlack + kReservedPerCta), kPerSm);
-  EXPECT_EQ(decode::Config<128>::kStages, 3);
-  EXPECT_EQ(decode::Config<64>::kStages, 6);
+// Shared memory and stages of every kernel width: the CTAs meant to share an SM fit on it (228 KiB, 1 KiB
+// kept per CTA, 128 bytes of alignment slack), and a ring keeps at least two blocks in flight.
+template <int kWidth>
+void expect_fits(int ctas_per_sm, int stages) {
+  using Cfg = decode::Config<kWidth>;
+  constexpr int kPerSm = 228 * 1024, kMaxPerCta = 227 * 1024, kReservedPerCta = 1024, kSlack = 128;
+  EXPECT_EQ(Cfg::kCtasPerSm, ctas_per_sm) << kWidth;
+  EXPECT_EQ(Cfg::kStages, stages) << kWidth;
+  EXPECT_LE(Cfg::kSharedBytes + kSlack, kMaxPerCta) << kWidth;
+  EXPECT_LE(ctas_per_sm * (Cfg::kSharedBytes + kSlack + kReservedPerCta), kPerSm) << kWidth;
+  EXPECT_EQ(Cfg::kChunksPerRow % 8, 0) << kWidth << ": the swizzle's XOR with row % 8 stays inside a row";
+  // A ring with the stage count plus one does not fit: the stages take what the budget allows.
+  EXPECT_GT(ctas_per_sm * (Cfg::kSharedBytes + 2 * Cfg::kTileBytes + kSlack + kReservedPerCta), kPerSm) << kWidth;
 }
 
-// A wave is kCtasPerSm (2) CTAs per SM: 264 on the H200's 132 SMs.
+TEST(DecodeConfig, EveryWidthFitsItsCtasPerSmWithEnoughStages) {
+  expect_fits<64>(2, 6);
+  expect_fits<128>(2, 3);
+  expect_fits<192>(1, 4);
+  expect_fits<256>(1, 3);
+  // Two CTAs of width 192 with their Q tiles would not fit even with the smallest ring.
+  EXPECT_GT(2 * (3 * 2 * decode::Config<192>::kTileBytes + decode::Config<192>::kQBytes), 228 * 1024);
+}
+
+TEST(DecodeConfig, KernelWidthsAreWholeSwizzleAtomsUpTo256) {
+  for (int width = 0; width <= 320; width += 8) {
+    EXPECT_EQ(decode::is_kernel_width(width), width == 64 || width == 128 || width == 192 || width == 256) << width;
+  }
+}
+
+// A wave is ctas_per_sm (2 up to width 128) CTAs per SM: 264 on the H200's 132 SMs.
 TEST(SplitHeuristic, LeavesAFullGridAlone) {
-  EXPECT_EQ(host::choose_splits(2 * kH200Sms, 2048, kH200Sms), 1);
-  EXPECT_EQ(host::choose_splits(128 * 8, 2048, kH200Sms), 1);  // batch 128 x 8 KV heads
-  EXPECT_EQ(host::choose_splits(212, 2048, kH200Sms), 1);      // >= 80% of a wave
-  EXPECT_EQ(host::choose_splits(16 * 8, 2048, kH200Sms), 2);   // batch 16: one CTA per SM, split in two
+  EXPECT_EQ(host::choose_splits(2 * kH200Sms, 2048, kH200Sms, 2), 1);
+  EXPECT_EQ(host::choose_splits(128 * 8, 2048, kH200Sms, 2), 1);  // batch 128 x 8 KV heads
+  EXPECT_EQ(host::choose_splits(212, 2048, kH200Sms, 2), 1);      // >= 80% of a wave
+  EXPECT_EQ(host::choose_splits(16 * 8, 2048, kH200Sms, 2), 2);   // batch 16: one CTA per SM, split in two
+}
+
+// Wider kernels run one CTA per SM, so a wave is half as many CTAs.
+TEST(SplitHeuristic, OneCtaPerSmHalvesTheWave) {
+  EXPECT_EQ(host::choose_splits(16 * 8, 2048, kH200Sms, 1), 1);  // 128 CTAs: 97% of a 132-CTA wave
+  EXPECT_EQ(host::choose_splits(64, 2048, kH200Sms, 1), 2);
+  EXPECT_LE(host::choose_splits(1, 1 << 20, 16, 1), 16);  // never more splits than one wave holds
 }
 
 TEST(SplitHeuristic, SplitsASmallBatchToFillTheGpu) {
   // batch 1 x 8 KV heads at 128K keys: 29 splits make 232 CTAs, 88% of a wave, the first count within 85% of
   // the best fill (33 splits: exactly one wave).
-  EXPECT_EQ(host::choose_splits(8, 2048, kH200Sms), 29);
+  EXPECT_EQ(host::choose_splits(8, 2048, kH200Sms, 2), 29);
   // batch 8 x 8 KV heads: 4 splits, 256 CTAs.
-  EXPECT_EQ(host::choose_splits(64, 2048, kH200Sms), 4);
+  EXPECT_EQ(host::choose_splits(64, 2048, kH200Sms, 2), 4);
   for (std::int64_t ctas : {1, 2, 5, 8, 13, 32, 64, 100, 200}) {
-    const int splits = host::choose_splits(ctas, 4096, kH200Sms);
+    const int splits = host::choose_splits(ctas, 4096, kH200Sms, 2);
     EXPECT_GT(splits, 1) << ctas;
     EXPECT_GE(ctas * splits, static_cast<std::int64_t>(0.8 * kH200Sms)) << ctas << " CTAs, " << splits << " splits";
   }
 }
 
 TEST(SplitHeuristic, NeverSplitsBelowFourBlocksPerSplitNorBeyondTheLimits) {
-  EXPECT_EQ(host::choose_splits(8, 4, kH200Sms), 1);  // 256 keys: nothing to share
-  EXPECT_EQ(host::choose_splits(8, 8, kH200Sms), 2);  // 512 keys: at most 2 splits of 4 blocks
+  EXPECT_EQ(host::choose_splits(8, 4, kH200Sms, 2), 1);  // 256 keys: nothing to share
+  EXPECT_EQ(host::choose_splits(8, 8, kH200Sms, 2), 2);  // 512 keys: at most 2 splits of 4 blocks
   // One CTA: the fill grows with the splits up to kMaxSplits (128 of a 264-CTA wave); the first within 85% is 109.
-  EXPECT_EQ(host::choose_splits(1, 1 << 20, kH200Sms), 109);
-  EXPECT_LE(host::choose_splits(1, 1 << 20, 16), 2 * 16);  // never more splits than one wave holds
+  EXPECT_EQ(host::choose_splits(1, 1 << 20, kH200Sms, 2), 109);
+  EXPECT_LE(host::choose_splits(1, 1 << 20, 16, 2), 2 * 16);  // never more splits than one wave holds
   for (int blocks = 1; blocks <= 64; ++blocks) {
-    const int splits = host::choose_splits(1, blocks, kH200Sms);
+    const int splits = host::choose_splits(1, blocks, kH200Sms, 2);
     EXPECT_TRUE(splits == 1 || blocks / splits >= host::kMinBlocksPerSplit) << blocks << " blocks, " << splits;
   }
 }
@@ -146,28 +175,28 @@ flash4_kvcache_params decode_call(int batch, int seqlen_q, int capacity, int num
 }
 
 TEST(KvcachePlan, PacksTheQueryHeadsOfAKvHead) {
-  const host::KvcachePlan one = host::plan_kvcache(decode_call(4, 1, 1024, 1), kH200Sms);
+  const host::KvcachePlan one = host::plan_kvcache(decode_call(4, 1, 1024, 1), 128, kH200Sms);
   EXPECT_EQ(one.group, 4);
   EXPECT_EQ(one.rows, 4);
   EXPECT_EQ(one.row_tiles, 1);
   EXPECT_EQ(one.row_blocks, 1);
   EXPECT_EQ(one.ctas, 4 * 8);
-  const host::KvcachePlan many = host::plan_kvcache(decode_call(2, 40, 1024, 1), kH200Sms);  // 160 rows
+  const host::KvcachePlan many = host::plan_kvcache(decode_call(2, 40, 1024, 1), 128, kH200Sms);  // 160 rows
   EXPECT_EQ(many.row_tiles, 4);
   EXPECT_EQ(many.row_blocks, 3);
   EXPECT_EQ(many.ctas, 3 * 8 * 2);
 }
 
 TEST(KvcachePlan, AskedSplitsAreCappedByTheKeyBlocks) {
-  EXPECT_EQ(host::plan_kvcache(decode_call(1, 1, 1000, 64), kH200Sms).splits, 16);  // 16 blocks of 64
-  EXPECT_EQ(host::plan_kvcache(decode_call(1, 1, 1000, 5), kH200Sms).splits, 5);
-  EXPECT_EQ(host::plan_kvcache(decode_call(1, 1, 10, 3), kH200Sms).splits, 1);
+  EXPECT_EQ(host::plan_kvcache(decode_call(1, 1, 1000, 64), 128, kH200Sms).splits, 16);  // 16 blocks of 64
+  EXPECT_EQ(host::plan_kvcache(decode_call(1, 1, 1000, 5), 128, kH200Sms).splits, 5);
+  EXPECT_EQ(host::plan_kvcache(decode_call(1, 1, 10, 3), 128, kH200Sms).splits, 1);
 }
 
 TEST(KvcachePlan, WorkspaceHoldsEverySplitsPartialsAlignedAndNothingUnsplit) {
-  const host::KvcachePlan unsplit = host::plan_kvcache(decode_call(2, 3, 4096, 1), kH200Sms);
+  const host::KvcachePlan unsplit = host::plan_kvcache(decode_call(2, 3, 4096, 1), 128, kH200Sms);
   EXPECT_EQ(unsplit.workspace_bytes, 0u);
-  const host::KvcachePlan split = host::plan_kvcache(decode_call(2, 3, 4096, 7), kH200Sms);
+  const host::KvcachePlan split = host::plan_kvcache(decode_call(2, 3, 4096, 7), 128, kH200Sms);
   ASSERT_EQ(split.splits, 7);
   const std::size_t rows = 7u * 2 * 3 * 32;
   EXPECT_EQ(split.partial_o_bytes, rows * 128 * 4);
@@ -175,6 +204,21 @@ TEST(KvcachePlan, WorkspaceHoldsEverySplitsPartialsAlignedAndNothingUnsplit) {
   EXPECT_GE(split.partial_lse_offset, split.partial_o_bytes);
   EXPECT_GE(split.workspace_bytes, split.partial_lse_offset + rows * 4);
   EXPECT_EQ(split.workspace_bytes % 256, 0u);
+}
+
+TEST(KvcachePlan, PartialsHoldTheValueHeadDimAndTheWaveFollowsTheWidth) {
+  flash4_kvcache_params p = decode_call(2, 3, 4096, 7);
+  p.head_dim = 192;
+  p.head_dim_v = 128;
+  const host::KvcachePlan split = host::plan_kvcache(p, 192, kH200Sms);
+  EXPECT_EQ(split.width, 192);
+  EXPECT_EQ(split.partial_o_bytes, 7u * 2 * 3 * 32 * 128 * 4);
+  p.head_dim_v = 0;  // equal to head_dim
+  EXPECT_EQ(host::plan_kvcache(p, 192, kH200Sms).partial_o_bytes, 7u * 2 * 3 * 32 * 192 * 4);
+  // batch 16 x 8 KV heads: two CTAs per SM at width 128 leave half a wave idle, one per SM at 256 does not.
+  p = decode_call(16, 1, 2048 * 64, 0);
+  EXPECT_EQ(host::plan_kvcache(p, 128, kH200Sms).splits, 2);
+  EXPECT_EQ(host::plan_kvcache(p, 256, kH200Sms).splits, 1);
 }
 
 TEST(KvcachePlan, HeuristicSplitsFollowTheSmCountAndPagedCapacity) {
@@ -185,8 +229,8 @@ TEST(KvcachePlan, HeuristicSplitsFollowTheSmCountAndPagedCapacity) {
   p.page_size = 64;  // 128K keys
   EXPECT_EQ(host::kvcache_capacity(p), 131072);
   EXPECT_TRUE(host::kvcache_plan_needs_device(p));
-  EXPECT_EQ(host::plan_kvcache(p, kH200Sms).splits, 29);
-  EXPECT_EQ(host::plan_kvcache(p, 16).splits, 4);  // 8 KV heads x 4 = one wave of 16 SMs x 2
+  EXPECT_EQ(host::plan_kvcache(p, 128, kH200Sms).splits, 29);
+  EXPECT_EQ(host::plan_kvcache(p, 128, 16).splits, 4);  // 8 KV heads x 4 = one wave of 16 SMs x 2
   p.num_splits = 3;
   EXPECT_FALSE(host::kvcache_plan_needs_device(p));
 }

@@ -3,15 +3,20 @@
 // before any CUDA call (so no GPU is needed). Valid launches are the GPU tests' (tests/gpu/test_kvcache.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
 #include "flash4/flash4.h"
 #include "flash4/flash4.hpp"
+#include "host/kernel_choice.hpp"
+#include "launch/decode_config.hpp"
 
 namespace {
 
@@ -27,8 +32,8 @@ T* fake_device_pointer(int index) {
   return reinterpret_cast<T*>(std::uintptr_t{0x1000000} * (index + 1));
 }
 
-flash4_strides contiguous(int64_t seqlen, int64_t heads) {
-  return {seqlen * heads * kHeadDim, heads * kHeadDim, kHeadDim};
+flash4_strides contiguous(int64_t seqlen, int64_t heads, int64_t head_dim = kHeadDim) {
+  return {seqlen * heads * head_dim, heads * head_dim, head_dim};
 }
 
 // Decoding one token per sequence with an append, not paged; num_splits = 1 so that sizing the workspace needs
@@ -121,7 +126,13 @@ TEST(KvcacheValidation, ValidCallsPass) {
   expect_valid(indexed);
 }
 
+// Whether this build has a bf16 decode kernel for head dims up to `needed` (sizing a workspace needs one).
+bool decode_kernel_serves(int needed) {
+  return flash4::host::serving_head_dim(flash4::host::built_decode_kernels(), FLASH4_DTYPE_BF16, needed) != 0;
+}
+
 TEST(KvcacheValidation, UnsplitCallsNeedNoWorkspaceAndAskedSplitsDo) {
+  if (!decode_kernel_serves(kHeadDim)) GTEST_SKIP() << "no decode kernel of width >= " << kHeadDim << " built";
   flash4_kvcache_params p = valid_call();
   std::size_t bytes = 1;
   ASSERT_EQ(flash4_kvcache_workspace_size(&p, &bytes), FLASH4_SUCCESS) << last_error();
@@ -150,15 +161,96 @@ TEST(KvcacheValidation, UnknownStructSize) {
   expect_rejected(p, FLASH4_ERROR_INVALID_STRUCT_SIZE, "struct_size");
 }
 
+// valid_call() with head dims d (q, k_cache, k_new) and dv (v_cache, v_new, o; 0: d) and contiguous strides.
+flash4_kvcache_params with_head_dims(int d, int dv) {
+  flash4_kvcache_params p = valid_call();
+  const int value_dim = dv != 0 ? dv : d;
+  p.head_dim = d;
+  p.head_dim_v = dv;
+  p.q_strides = contiguous(1, kHeadsQ, d);
+  p.o_strides = contiguous(1, kHeadsQ, value_dim);
+  p.k_cache_strides = contiguous(kCapacity, kHeadsKv, d);
+  p.v_cache_strides = contiguous(kCapacity, kHeadsKv, value_dim);
+  p.k_new_strides = contiguous(1, kHeadsKv, d);
+  p.v_new_strides = contiguous(1, kHeadsKv, value_dim);
+  return p;
+}
+
 TEST(KvcacheValidation, DtypeAndHeadDim) {
   flash4_kvcache_params p = valid_call();
   p.dtype = static_cast<flash4_dtype>(7);
   expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_DTYPE, "dtype");
-  for (int head_dim : {32, 96, 192, 256}) {
+  for (int head_dim : {-8, 0, 4, 12, 100, 260, 264, 512}) {
     p = valid_call();
     p.head_dim = head_dim;
-    expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim");
+    expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim is");
   }
+  for (int head_dim_v : {-8, 4, 12, 100, 264}) {
+    p = valid_call();
+    p.head_dim_v = head_dim_v;
+    expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v is");
+  }
+}
+
+// Every multiple of 8 up to 256 (served by the next wider decode kernel), and v's head dim apart from q's.
+TEST(KvcacheValidation, EveryMultipleOfEightUpTo256AndAValueHeadDimOfItsOwn) {
+  for (int d = 8; d <= 256; d += 8) expect_valid(with_head_dims(d, 0));
+  for (auto [d, dv] : {std::pair{192, 128}, std::pair{128, 192}, std::pair{40, 256}, std::pair{256, 8}}) {
+    SCOPED_TRACE(std::to_string(d) + " / " + std::to_string(dv));
+    flash4_kvcache_params p = with_head_dims(d, dv);
+    expect_valid(p);
+    make_paged(p);
+    p.k_cache_strides = contiguous(kPageSize, kHeadsKv, d);
+    p.v_cache_strides = contiguous(kPageSize, kHeadsKv, dv);
+    expect_valid(p);
+  }
+}
+
+// The split partials hold head_dim_v columns per row.
+TEST(KvcacheValidation, SplitWorkspaceFollowsTheValueHeadDim) {
+  if (!decode_kernel_serves(192)) GTEST_SKIP() << "no decode kernel of width >= 192 built";
+  std::size_t narrow = 0, wide = 0;
+  flash4_kvcache_params p = with_head_dims(192, 64);
+  p.num_splits = 4;
+  ASSERT_EQ(flash4_kvcache_workspace_size(&p, &narrow), FLASH4_SUCCESS) << last_error();
+  p = with_head_dims(64, 192);
+  p.num_splits = 4;
+  ASSERT_EQ(flash4_kvcache_workspace_size(&p, &wide), FLASH4_SUCCESS) << last_error();
+  EXPECT_GE(narrow, 4u * kBatch * kHeadsQ * 64 * sizeof(float));
+  EXPECT_GE(wide, 4u * kBatch * kHeadsQ * 192 * sizeof(float));
+  EXPECT_LT(narrow, 4u * kBatch * kHeadsQ * 192 * sizeof(float));
+}
+
+// The decode kernels this build has are kernel widths among its forward head dims. A valid head dim wider than
+// all of them is NO_KERNEL naming the dims, found before the workspace or the device is looked at.
+TEST(KvcacheValidation, NoBuiltDecodeKernelWideEnoughIsNoKernel) {
+  int widest = 0;
+  for (const flash4::host::BuiltKernel& k : flash4::host::built_decode_kernels()) {
+    EXPECT_TRUE(flash4::decode::is_kernel_width(k.head_dim)) << k.head_dim;
+    EXPECT_EQ(flash4::host::serving_head_dim(flash4::host::built_forward_kernels(), k.dtype, k.head_dim), k.head_dim)
+        << k.head_dim;
+    if (k.dtype == FLASH4_DTYPE_BF16) widest = std::max(widest, k.head_dim);
+  }
+  if (widest == flash4::decode::kMaxWidth) GTEST_SKIP() << "a bf16 decode kernel serves every valid head dim";
+  const int dv = widest + 8;
+  const flash4_kvcache_params p = with_head_dims(8, dv);
+  EXPECT_EQ(flash4_kvcache_check(&p), FLASH4_SUCCESS) << last_error();
+  std::size_t bytes = 1;
+  const std::string names = "head_dim_v " + std::to_string(dv);
+  expect_status(flash4_kvcache_workspace_size(&p, &bytes), FLASH4_ERROR_NO_KERNEL, names, "workspace_size");
+  EXPECT_EQ(bytes, 0u);
+  expect_status(flash4_kvcache(&p, nullptr), FLASH4_ERROR_NO_KERNEL, names, "flash4_kvcache");
+}
+
+// A caller of the first layout (which ends before head_dim_v) has v's head dim equal to q's: whatever lies
+// past its struct is not read.
+TEST(KvcacheValidation, TheFirstLayoutEndsBeforeHeadDimV) {
+  flash4_kvcache_params p = valid_call();
+  p.struct_size = offsetof(flash4_kvcache_params, head_dim_v);
+  p.head_dim_v = 12;  // not a head dim, and not part of that layout
+  expect_valid(p);
+  p.struct_size = sizeof(p);
+  expect_rejected(p, FLASH4_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim_v");
 }
 
 TEST(KvcacheValidation, Sizes) {
@@ -327,7 +419,9 @@ TEST(KvcacheValidation, ValidLaunchWithoutAGpuSaysNoDevice) {
   std::size_t bytes = 0;
   flash4_kvcache_params heuristic = p;
   heuristic.num_splits = 0;  // the heuristic reads the SM count
-  EXPECT_EQ(flash4_kvcache_workspace_size(&heuristic, &bytes), FLASH4_ERROR_NO_DEVICE) << last_error();
+  EXPECT_EQ(flash4_kvcache_workspace_size(&heuristic, &bytes),
+            decode_kernel_serves(kHeadDim) ? FLASH4_ERROR_NO_DEVICE : FLASH4_ERROR_NO_KERNEL)
+      << last_error();
 }
 
 // The C++ API checks the views against each other before filling the C params.
@@ -362,6 +456,25 @@ TEST(KvcacheCppApi, ViewsMustAgree) {
   EXPECT_NE(flash4::make_kvcache_params(bad, {}).status().message().find("v_new"), std::string::npos);
   bad.v_new = flash4::TensorView::contiguous(fake_device_pointer(6), flash4::DType::fp16, {kBatch, 1, kHeadsKv, kHeadDim});
   EXPECT_EQ(flash4::make_kvcache_params(bad, {}).status().code(), FLASH4_ERROR_UNSUPPORTED_DTYPE);
+
+  // v's head dim of its own: o and v_new follow v_cache's.
+  flash4::KvcacheTensors mla = t;
+  mla.q = flash4::TensorView::contiguous(fake_device_pointer(0), flash4::DType::bf16, {kBatch, 1, kHeadsQ, 192});
+  mla.k_cache = flash4::TensorView::contiguous(fake_device_pointer(2), flash4::DType::bf16, {5, kCapacity, kHeadsKv, 192});
+  made = flash4::make_kvcache_params(mla, {});
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_EQ(made.value().head_dim, 192);
+  EXPECT_EQ(made.value().head_dim_v, kHeadDim);
+  EXPECT_EQ(flash4_kvcache_check(&made.value()), FLASH4_SUCCESS) << last_error();
+  bad = mla;
+  bad.o.shape[3] = 192;
+  EXPECT_NE(flash4::make_kvcache_params(bad, {}).status().message().find("o.shape[3]"), std::string::npos);
+  bad = mla;
+  bad.k_new = flash4::TensorView::contiguous(fake_device_pointer(5), flash4::DType::bf16, {kBatch, 1, kHeadsKv, 192});
+  bad.v_new = flash4::TensorView::contiguous(fake_device_pointer(6), flash4::DType::bf16, {kBatch, 1, kHeadsKv, 192});
+  EXPECT_NE(flash4::make_kvcache_params(bad, {}).status().message().find("v_new.shape[3]"), std::string::npos);
+  bad.v_new = flash4::TensorView::contiguous(fake_device_pointer(6), flash4::DType::bf16, {kBatch, 1, kHeadsKv, kHeadDim});
+  EXPECT_TRUE(flash4::make_kvcache_params(bad, {}).ok());
 }
 
 }  // namespace

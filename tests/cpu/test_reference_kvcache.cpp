@@ -40,10 +40,10 @@ struct Tensors {
 
 Tensors random_tensors(const KvcacheProblem& p, std::uint64_t seed = kSeed) {
   return {random_tensor(p.q_elements(), Precision::bf16, seed),
-          random_tensor(p.cache_elements(), Precision::bf16, seed + 1),
-          random_tensor(p.cache_elements(), Precision::bf16, seed + 2),
-          random_tensor(p.new_elements(), Precision::bf16, seed + 3),
-          random_tensor(p.new_elements(), Precision::bf16, seed + 4)};
+          random_tensor(p.k_cache_elements(), Precision::bf16, seed + 1),
+          random_tensor(p.v_cache_elements(), Precision::bf16, seed + 2),
+          random_tensor(p.k_new_elements(), Precision::bf16, seed + 3),
+          random_tensor(p.v_new_elements(), Precision::bf16, seed + 4)};
 }
 
 // The same logical cache as `unpaged` (cache_batch == batch, no cache_batch_idx), scattered into pages of
@@ -62,8 +62,9 @@ PagedCopy paged_copy(const KvcacheProblem& unpaged, const Tensors& t, int page_s
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(kSeed));
   p.block_table.assign(static_cast<std::size_t>(p.batch) * p.max_pages_per_seq, -1);
-  c.k_cache.assign(p.cache_elements(), std::numeric_limits<float>::quiet_NaN());
-  c.v_cache = c.k_cache;
+  c.k_cache.assign(p.k_cache_elements(), std::numeric_limits<float>::quiet_NaN());
+  c.v_cache.assign(p.v_cache_elements(), std::numeric_limits<float>::quiet_NaN());
+  const std::size_t d = p.head_dim, dv = p.dim_v();
   int next = 0;
   for (int b = 0; b < p.batch; ++b) {
     for (int page = 0; page * page_size < p.keys(b); ++page) {
@@ -72,10 +73,10 @@ PagedCopy paged_copy(const KvcacheProblem& unpaged, const Tensors& t, int page_s
     for (int key = 0; key < p.capacity() && key < unpaged.cache_seqlen; ++key) {
       if (key / page_size >= (p.keys(b) + page_size - 1) / page_size) break;
       for (int h = 0; h < p.heads_kv; ++h) {
-        std::copy_n(t.k_cache.begin() + unpaged.cache_index(b, key, h), p.head_dim,
-                    c.k_cache.begin() + p.cache_index(b, key, h));
-        std::copy_n(t.v_cache.begin() + unpaged.cache_index(b, key, h), p.head_dim,
-                    c.v_cache.begin() + p.cache_index(b, key, h));
+        std::copy_n(t.k_cache.begin() + unpaged.cache_row(b, key, h) * d, d,
+                    c.k_cache.begin() + p.cache_row(b, key, h) * d);
+        std::copy_n(t.v_cache.begin() + unpaged.cache_row(b, key, h) * dv, dv,
+                    c.v_cache.begin() + p.cache_row(b, key, h) * dv);
       }
     }
   }
@@ -94,30 +95,47 @@ TEST(KvcacheReference, FullUnpagedCacheIsPlainAttention) {
   EXPECT_EQ(got.lse, want.lse);  // both (batch, heads_q, seqlen_q)
 }
 
+TEST(KvcacheReference, ValueHeadDimOfItsOwnIsTheForwardsHeadDimV) {
+  for (int dv : {4, 16}) {
+    KvcacheProblem p = small_problem();
+    p.head_dim_v = dv;
+    const Tensors t = random_tensors(p);
+    ASSERT_EQ(t.v_cache.size(), p.k_cache_elements() / p.head_dim * dv);
+    const ForwardResult64 got = kvcache_fp64(p, t.inputs());
+    Problem plain{.batch = p.batch, .seqlen_q = p.seqlen_q, .seqlen_k = p.cache_seqlen, .heads_q = p.heads_q,
+                  .heads_kv = p.heads_kv, .head_dim = p.head_dim, .head_dim_v = dv, .scale = p.scale};
+    const ForwardResult64 want = forward_fp64(plain, t.q, t.k_cache, t.v_cache);
+    ASSERT_EQ(got.o.size(), p.o_elements()) << dv;
+    EXPECT_EQ(got.o, want.o) << dv;
+    EXPECT_EQ(got.lse, want.lse) << dv;
+  }
+}
+
 TEST(KvcacheReference, AppendWritesOnlyTheNewRows) {
   KvcacheProblem p = small_problem();
+  p.head_dim_v = 16;  // v's rows twice as wide as k's
   p.seqlen_new = 3;
   p.cache_seqlens = {0, 17, 37};  // the last sequence fills its capacity
   const Tensors t = random_tensors(p);
   std::vector<float> k = t.k_cache, v = t.v_cache;
   append_new_rows(p, k, v, t.k_new, t.v_new);
   std::size_t changed = 0;
-  for (std::size_t e = 0; e < k.size(); ++e) changed += (k[e] != t.k_cache[e]) + (v[e] != t.v_cache[e]);
+  for (std::size_t e = 0; e < k.size(); ++e) changed += k[e] != t.k_cache[e];
+  for (std::size_t e = 0; e < v.size(); ++e) changed += v[e] != t.v_cache[e];
   for (int b = 0; b < p.batch; ++b) {
     for (int row = 0; row < p.seqlen_new; ++row) {
       for (int h = 0; h < p.heads_kv; ++h) {
-        const std::size_t at = p.cache_index(b, p.cache_seqlens[b] + row, h);
-        const std::size_t from = ((static_cast<std::size_t>(b) * p.seqlen_new + row) * p.heads_kv + h) * p.head_dim;
-        for (int d = 0; d < p.head_dim; ++d) {
-          ASSERT_EQ(k[at + d], t.k_new[from + d]);
-          ASSERT_EQ(v[at + d], t.v_new[from + d]);
-        }
+        const std::size_t at = p.cache_row(b, p.cache_seqlens[b] + row, h);
+        const std::size_t from = (static_cast<std::size_t>(b) * p.seqlen_new + row) * p.heads_kv + h;
+        for (int d = 0; d < p.head_dim; ++d) ASSERT_EQ(k[at * p.head_dim + d], t.k_new[from * p.head_dim + d]);
+        for (int d = 0; d < p.dim_v(); ++d) ASSERT_EQ(v[at * p.dim_v() + d], t.v_new[from * p.dim_v() + d]);
       }
     }
   }
   // Random normal values differ from what they replace (almost surely): every changed element is appended.
-  EXPECT_LE(changed, 2u * p.new_elements());
-  EXPECT_GE(changed, 2u * p.new_elements() - 8);
+  const std::size_t appended = p.k_new_elements() + p.v_new_elements();
+  EXPECT_LE(changed, appended);
+  EXPECT_GE(changed, appended - 8);
 }
 
 TEST(KvcacheReference, AppendedKeysAreAttendedAfterTheCachedOnes) {

@@ -64,8 +64,32 @@ std::vector<std::uint16_t> to_bits(ref::Precision precision, const std::vector<f
   return bits;
 }
 
-flash4_strides contiguous(std::int64_t seq, std::int64_t heads, std::int64_t dim) {
-  return {seq * heads * dim, heads * dim, dim};
+flash4_strides contiguous(std::int64_t seq, std::int64_t heads, std::int64_t row) {
+  return {seq * heads * row, heads * row, row};
+}
+
+// Rows of `dim` elements spread to rows of dim + pad, the pad elements `poison`.
+std::vector<std::uint16_t> padded(const std::vector<std::uint16_t>& dense, int dim, int pad, std::uint16_t poison) {
+  std::vector<std::uint16_t> rows;
+  rows.reserve(dense.size() / dim * (dim + pad));
+  for (std::size_t start = 0; start < dense.size(); start += dim) {
+    rows.insert(rows.end(), dense.begin() + start, dense.begin() + start + dim);
+    rows.insert(rows.end(), pad, poison);
+  }
+  return rows;
+}
+
+// The inverse of padded(); `pads_ok` turns false when a pad element is no longer `poison`.
+std::vector<std::uint16_t> unpadded(const std::vector<std::uint16_t>& rows, int dim, int pad, std::uint16_t poison,
+                                    bool& pads_ok) {
+  std::vector<std::uint16_t> dense;
+  dense.reserve(rows.size() / (dim + pad) * dim);
+  for (std::size_t start = 0; start < rows.size(); start += dim + pad) {
+    dense.insert(dense.end(), rows.begin() + start, rows.begin() + start + dim);
+    pads_ok &= std::all_of(rows.begin() + start + dim, rows.begin() + start + dim + pad,
+                           [poison](std::uint16_t x) { return x == poison; });
+  }
+  return dense;
 }
 
 // The reference problem (valid device values only) for the case.
@@ -77,6 +101,7 @@ ref::KvcacheProblem reference_problem(const KvcacheCase& c, std::mt19937_64& eng
   p.heads_q = c.heads_q;
   p.heads_kv = c.heads_kv;
   p.head_dim = c.head_dim;
+  p.head_dim_v = c.head_dim_v;
   p.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   p.causal = c.causal;
   p.window_left = c.window_left;
@@ -123,11 +148,10 @@ void append_sequence(const ref::KvcacheProblem& p, int s, std::vector<float>& k_
   } else {
     one.cache_batch_idx = {p.cache_batch_idx.empty() ? s : p.cache_batch_idx[s]};
   }
-  const std::size_t per_sequence = one.new_elements();
-  const auto slice = [&](const std::vector<float>& t) {
+  const auto slice = [&](const std::vector<float>& t, std::size_t per_sequence) {
     return std::vector<float>(t.begin() + s * per_sequence, t.begin() + (s + 1) * per_sequence);
   };
-  ref::append_new_rows(one, k_cache, v_cache, slice(k_new), slice(v_new));
+  ref::append_new_rows(one, k_cache, v_cache, slice(k_new, one.k_new_elements()), slice(v_new, one.v_new_elements()));
 }
 
 // Whether sequence s's appends happen: not for a sequence whose cache_seqlens or cache_batch_idx is bad.
@@ -159,7 +183,10 @@ const char* bad_name(BadValue bad) {
 
 std::string KvcacheCase::name() const {
   std::ostringstream s;
-  s << (dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16") << "_d" << head_dim << "_b" << batch << "_sq" << seqlen_q
+  s << (dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16") << "_d" << head_dim;
+  if (head_dim_v != 0) s << "_dv" << head_dim_v;
+  if (pad > 0) s << "_pad" << pad;
+  s << "_b" << batch << "_sq" << seqlen_q
     << "_new" << seqlen_new << "_h" << heads_q << "x" << heads_kv << "_cap" << capacity;
   if (page_size > 0) s << "_page" << page_size;
   if (!cache_seqlens.empty()) {
@@ -184,10 +211,10 @@ KvcacheOutcome run_kvcache_case(const KvcacheCase& c) {
 
   // Inputs, the reference's outputs and the cache it expects.
   const std::vector<float> q = ref::random_tensor(problem.q_elements(), precision, seed + 1);
-  const std::vector<float> k_cache = ref::random_tensor(problem.cache_elements(), precision, seed + 2);
-  const std::vector<float> v_cache = ref::random_tensor(problem.cache_elements(), precision, seed + 3);
-  const std::vector<float> k_new = ref::random_tensor(problem.new_elements(), precision, seed + 4);
-  const std::vector<float> v_new = ref::random_tensor(problem.new_elements(), precision, seed + 5);
+  const std::vector<float> k_cache = ref::random_tensor(problem.k_cache_elements(), precision, seed + 2);
+  const std::vector<float> v_cache = ref::random_tensor(problem.v_cache_elements(), precision, seed + 3);
+  const std::vector<float> k_new = ref::random_tensor(problem.k_new_elements(), precision, seed + 4);
+  const std::vector<float> v_new = ref::random_tensor(problem.v_new_elements(), precision, seed + 5);
   const ref::KvcacheInputs inputs{q, k_cache, v_cache, k_new, v_new};
   const ref::ForwardResult64 exact = ref::kvcache_fp64(problem, inputs);
   const ref::ForwardResult32 naive = ref::kvcache_naive(problem, precision, inputs);
@@ -217,19 +244,25 @@ KvcacheOutcome run_kvcache_case(const KvcacheCase& c) {
       break;
   }
 
-  // Device buffers: the cache and the outputs inside guard regions.
+  // Device buffers: the cache and the outputs inside guard regions, every row padded by c.pad poisoned elements.
   const int D = c.head_dim;
-  GuardedArray<std::uint16_t> k_cache_dev(to_bits(precision, k_cache), kGuard16);
-  GuardedArray<std::uint16_t> v_cache_dev(to_bits(precision, v_cache), kGuard16);
-  GuardedArray<std::uint16_t> o_dev(std::vector<std::uint16_t>(problem.q_elements(), kUnwritten16), kGuard16);
+  const int Dv = problem.dim_v();
+  const auto rows_of = [&](const std::vector<float>& dense, int dim) {
+    return padded(to_bits(precision, dense), dim, c.pad, kGuard16);
+  };
+  GuardedArray<std::uint16_t> k_cache_dev(rows_of(k_cache, D), kGuard16);
+  GuardedArray<std::uint16_t> v_cache_dev(rows_of(v_cache, Dv), kGuard16);
+  GuardedArray<std::uint16_t> o_dev(padded(std::vector<std::uint16_t>(problem.o_elements(), kUnwritten16), Dv, c.pad,
+                                           kGuard16),
+                                    kGuard16);
   std::vector<std::uint32_t> lse_init(problem.lse_elements());
   std::uint32_t unwritten_lse = 0;
   std::memcpy(&unwritten_lse, &kUnwrittenLse, 4);
   std::fill(lse_init.begin(), lse_init.end(), unwritten_lse);
   GuardedArray<std::uint32_t> lse_dev(lse_init, kGuard32);
-  GuardedArray<std::uint16_t> q_dev(to_bits(precision, q), kGuard16);
-  GuardedArray<std::uint16_t> k_new_dev(to_bits(precision, k_new), kGuard16);
-  GuardedArray<std::uint16_t> v_new_dev(to_bits(precision, v_new), kGuard16);
+  GuardedArray<std::uint16_t> q_dev(rows_of(q, D), kGuard16);
+  GuardedArray<std::uint16_t> k_new_dev(rows_of(k_new, D), kGuard16);
+  GuardedArray<std::uint16_t> v_new_dev(rows_of(v_new, Dv), kGuard16);
   GuardedArray<int> seqlens_dev(seqlens, 0);
   GuardedArray<int> batch_idx_dev(batch_idx, 0);
   GuardedArray<int> table_dev(table, 0);
@@ -242,13 +275,16 @@ KvcacheOutcome run_kvcache_case(const KvcacheCase& c) {
   p.v_cache = v_cache_dev.data();
   p.o = o_dev.data();
   p.lse = c.lse ? reinterpret_cast<float*>(lse_dev.data()) : nullptr;
-  p.q_strides = p.o_strides = contiguous(c.seqlen_q, c.heads_q, D);
+  p.q_strides = contiguous(c.seqlen_q, c.heads_q, D + c.pad);
+  p.o_strides = contiguous(c.seqlen_q, c.heads_q, Dv + c.pad);
   const std::int64_t cache_rows = paged ? problem.page_size : problem.cache_seqlen;
-  p.k_cache_strides = p.v_cache_strides = contiguous(cache_rows, c.heads_kv, D);
+  p.k_cache_strides = contiguous(cache_rows, c.heads_kv, D + c.pad);
+  p.v_cache_strides = contiguous(cache_rows, c.heads_kv, Dv + c.pad);
   if (c.seqlen_new > 0) {
     p.k_new = k_new_dev.data();
     p.v_new = v_new_dev.data();
-    p.k_new_strides = p.v_new_strides = contiguous(c.seqlen_new, c.heads_kv, D);
+    p.k_new_strides = contiguous(c.seqlen_new, c.heads_kv, D + c.pad);
+    p.v_new_strides = contiguous(c.seqlen_new, c.heads_kv, Dv + c.pad);
   }
   p.batch = c.batch;
   p.seqlen_q = c.seqlen_q;
@@ -256,6 +292,7 @@ KvcacheOutcome run_kvcache_case(const KvcacheCase& c) {
   p.heads_q = c.heads_q;
   p.heads_kv = c.heads_kv;
   p.head_dim = D;
+  p.head_dim_v = c.head_dim_v;
   if (paged) {
     p.block_table = table_dev.data();
     p.block_table_stride = problem.max_pages_per_seq;
@@ -297,11 +334,16 @@ KvcacheOutcome run_kvcache_case(const KvcacheCase& c) {
   }
 
   bool guards_ok = true;
-  const std::vector<std::uint16_t> o_bits = o_dev.read(guards_ok);
+  bool pads_ok = true;
+  const std::vector<std::uint16_t> o_bits = unpadded(o_dev.read(guards_ok), Dv, c.pad, kGuard16, pads_ok);
   const std::vector<std::uint32_t> lse_bits = lse_dev.read(guards_ok);
-  const std::vector<std::uint16_t> k_after = k_cache_dev.read(guards_ok);
-  const std::vector<std::uint16_t> v_after = v_cache_dev.read(guards_ok);
+  const std::vector<std::uint16_t> k_after = unpadded(k_cache_dev.read(guards_ok), D, c.pad, kGuard16, pads_ok);
+  const std::vector<std::uint16_t> v_after = unpadded(v_cache_dev.read(guards_ok), Dv, c.pad, kGuard16, pads_ok);
   if (!guards_ok) outcome.guards = ::testing::AssertionFailure() << trace << ": a guard element was overwritten";
+  if (!pads_ok) {
+    outcome.guards = ::testing::AssertionFailure() << trace << ": the padding past a row's head dim of O or the "
+                                                   << "cache was overwritten";
+  }
   if (k_after != to_bits(precision, k_expected) || v_after != to_bits(precision, v_expected)) {
     std::size_t first = 0;
     const std::vector<std::uint16_t> k_want = to_bits(precision, k_expected);
@@ -317,7 +359,7 @@ KvcacheOutcome run_kvcache_case(const KvcacheCase& c) {
 
   // The bad sequence's rows: NaN everywhere; every other row: the reference.
   const int skip = c.bad == BadValue::none ? -1 : b;
-  const std::size_t o_per_sequence = static_cast<std::size_t>(c.seqlen_q) * c.heads_q * D;
+  const std::size_t o_per_sequence = static_cast<std::size_t>(c.seqlen_q) * c.heads_q * Dv;
   const std::size_t lse_per_sequence = static_cast<std::size_t>(c.heads_q) * c.seqlen_q;
   if (skip >= 0) {
     const auto nan = [](float x) { return std::isnan(x); };

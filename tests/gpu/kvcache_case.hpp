@@ -1,6 +1,8 @@
 // One flash4_kvcache case run end to end on the GPU: random q, cache and new rows, the cache inside poisoned
 // guard regions, O and LSE poisoned, the call through the C ABI, then O and LSE against the fp64 reference
 // (tolerance rule of tests/tolerance.hpp) and the whole cache, bit for bit, against the reference's append.
+// With `pad`, every tensor's rows are strided past their head dim and the padding poisoned (NaN): a kernel
+// wider than the head dims must neither read it into a result nor write it.
 // A case may plant one bad device-side value for one sequence; that sequence's outputs must then be NaN and
 // its cache rows untouched (or, for a bad page, the page never read), and everything else as without it.
 #pragma once
@@ -26,6 +28,8 @@ enum class BadValue {
 struct KvcacheCase {
   flash4_dtype dtype = FLASH4_DTYPE_BF16;
   int head_dim = 128;
+  int head_dim_v = 0;  // of v_cache, v_new and o; 0: head_dim
+  int pad = 0;         // poisoned elements past the head dim of every row of every tensor (a multiple of 8)
   int batch = 3;
   int seqlen_q = 1;
   int seqlen_new = 0;
@@ -54,7 +58,8 @@ struct KvcacheOutcome {
   ::testing::AssertionResult o = ::testing::AssertionSuccess();
   ::testing::AssertionResult lse = ::testing::AssertionSuccess();
   ::testing::AssertionResult cache = ::testing::AssertionSuccess();   // the cache after the call, bit for bit
-  ::testing::AssertionResult guards = ::testing::AssertionSuccess();  // nothing written outside any tensor
+  // Nothing written outside any tensor: its guard regions, and the padding of its rows past its head dim.
+  ::testing::AssertionResult guards = ::testing::AssertionSuccess();
   ::testing::AssertionResult bad_rows = ::testing::AssertionSuccess();  // the bad sequence's outputs are NaN
 };
 

@@ -161,6 +161,21 @@ std::vector<BackwardCase> backward_grid() {
     varlen.heads_kv = 2;
     varlen.deterministic = true;
     cases.push_back(varlen);
+    // Deterministic mode where query blocks see few key blocks or none: Sq > Sk under the causal mask (the
+    // first rows see no key), and a window bounded on both sides with Sq < Sk under GQA.
+    BackwardCase few = with_mask(base, Mask::causal);
+    few.seqlen_q = 700;
+    few.seqlen_k = 300;
+    few.deterministic = true;
+    cases.push_back(few);
+    few = base;
+    few.seqlen_q = 300;
+    few.seqlen_k = 900;
+    few.window_left = 100;
+    few.window_right = 50;
+    few.heads_q = 4;
+    few.deterministic = true;
+    cases.push_back(few);
     // More (query head, sequence) pairs than a grid's y dimension holds: the pre- and postprocess stride
     // over them.
     BackwardCase many = base;

@@ -1,17 +1,21 @@
 // flash4_kvcache on the GPU against the fp64 reference (tests/gpu/kvcache_case.hpp): decoding and speculative
 // decoding, contiguous and paged caches (page sizes 1..256, not only powers of two), appends that cross pages,
 // ragged cache_seqlens including 0, GQA and MQA, causal, windows and softcap, split counts 1..64 and the
-// heuristic, cache_batch_idx, and bad device-side values (NaN rows, nothing written outside the cache).
-// Run them with --gtest_filter='Kvcache*'. Kernels this build did not compile are skipped.
+// heuristic, cache_batch_idx, bad device-side values (NaN rows, nothing written outside the cache), and head
+// dims without a kernel of their own and v's head dim apart from q's, on rows padded with poison.
+// Run them with --gtest_filter='*Kvcache*'. Kernels this build did not compile are skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "built_decode_kernels.hpp"
 #include "gpu/gpu_available.hpp"
 #include "gpu/kvcache_case.hpp"
+#include "host/kernel_choice.hpp"
 
 namespace flash4::test {
 namespace {
@@ -190,27 +194,38 @@ std::vector<KvcacheCase> kvcache_grid() {
   return cases;
 }
 
-// One bad device-side value in sequence 1 of 3.
+// One bad device-side value in sequence 1 of 3, on every built kernel width (the load passes differ by
+// width), and on the widest with a head dim below it (the zero-filled columns).
 std::vector<KvcacheCase> bad_value_cases() {
   std::vector<KvcacheCase> cases;
   const std::vector<DecodeKernel> kernels = built_decode_kernels();
   if (kernels.empty()) return cases;
-  KvcacheCase base;
-  base.dtype = kernels.front().dtype;
-  base.head_dim = kernels.front().head_dim;
-  base.seqlen_new = 2;
-  base.capacity = 512;
-  base.cache_seqlens = {100, 200, 300};
-  base.bad_sequence = 1;
-  for (int splits : {1, 4}) {
-    for (BadValue bad : {BadValue::seqlen_past_capacity, BadValue::negative_seqlen, BadValue::batch_idx_out_of_range,
-                         BadValue::page_out_of_range}) {
-      KvcacheCase c = base;
-      c.bad = bad;
-      c.num_splits = splits;
-      c.cache_batch_idx = bad == BadValue::batch_idx_out_of_range;
-      c.page_size = bad == BadValue::page_out_of_range || bad == BadValue::negative_seqlen ? 64 : 0;
-      cases.push_back(c);
+  std::vector<KvcacheCase> bases;
+  for (const DecodeKernel& kernel : kernels) {
+    if (kernel.dtype != kernels.front().dtype) continue;
+    KvcacheCase base;
+    base.dtype = kernel.dtype;
+    base.head_dim = kernel.head_dim;
+    bases.push_back(base);
+  }
+  KvcacheCase narrower = bases.back();
+  narrower.head_dim -= 24;
+  bases.push_back(narrower);
+  for (KvcacheCase base : bases) {
+    base.seqlen_new = 2;
+    base.capacity = 512;
+    base.cache_seqlens = {100, 200, 300};
+    base.bad_sequence = 1;
+    for (int splits : {1, 4}) {
+      for (BadValue bad : {BadValue::seqlen_past_capacity, BadValue::negative_seqlen,
+                           BadValue::batch_idx_out_of_range, BadValue::page_out_of_range}) {
+        KvcacheCase c = base;
+        c.bad = bad;
+        c.num_splits = splits;
+        c.cache_batch_idx = bad == BadValue::batch_idx_out_of_range;
+        c.page_size = bad == BadValue::page_out_of_range || bad == BadValue::negative_seqlen ? 64 : 0;
+        cases.push_back(c);
+      }
     }
   }
   return cases;
@@ -250,6 +265,80 @@ TEST_P(KvcacheBadValues, NaNRowsAndNothingWrittenOutsideTheCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, KvcacheBadValues, ::testing::ValuesIn(bad_value_cases()), test_name);
+
+// Head dims served by a wider decode kernel (40 and 56 by 64; 80, 96 and 120 by 128; 136 and 160 by 192; 200
+// and 248 by 256) and v's head dim apart from q's (DeepSeek's 192 / 128, and v wider than q), full widths on
+// padded rows (192, 256). Every case pads each row of every tensor with poison that must stay unread and
+// unwritten, appends (the cache rows' columns past their head dim must stay as they were), and runs split
+// (the partials and the combine at head_dim_v) and unsplit.
+std::vector<KvcacheCase> head_dim_cases() {
+  std::vector<KvcacheCase> cases;
+  KvcacheCase base;
+  base.seqlen_q = base.seqlen_new = 2;
+  base.causal = true;
+  base.capacity = 600;
+  base.cache_seqlens = {0, 77, 590};
+  const std::pair<int, int> dims[] = {{40, 0},  {56, 0},  {80, 0},   {96, 0},   {120, 0},   {136, 0},  {160, 0},
+                                      {192, 0}, {200, 0}, {248, 0},  {256, 0},  {192, 128}, {128, 192}, {40, 256},
+                                      {256, 64}};
+  int variant = 0;
+  for (auto [d, dv] : dims) {
+    adder(cases, base)([&, d = d, dv = dv](KvcacheCase& c) {
+      c.head_dim = d;
+      c.head_dim_v = dv;
+      c.pad = variant % 2 == 0 ? 8 : 24;
+      c.page_size = variant % 3 == 0 ? 48 : 0;
+      c.num_splits = variant % 2 == 0 ? 1 : 3;
+    });
+    ++variant;
+  }
+  // Decoding one token with the heuristic's splits, MQA, on a long paged cache: 136 and 192 / 128.
+  for (auto [d, dv] : {std::pair{136, 0}, std::pair{192, 128}}) {
+    adder(cases, KvcacheCase{})([d = d, dv = dv](KvcacheCase& c) {
+      c.head_dim = d;
+      c.head_dim_v = dv;
+      c.pad = 8;
+      c.batch = 1;
+      c.heads_q = 16;
+      c.heads_kv = 1;
+      c.seqlen_new = 1;
+      c.capacity = 8192;
+      c.page_size = 64;
+      c.cache_seqlens = {8000};
+    });
+  }
+  // 64 packed rows (4 row tiles, every warp its own rows) with softcap at 192 / 128.
+  adder(cases, base)([](KvcacheCase& c) {
+    c.head_dim = 192;
+    c.head_dim_v = 128;
+    c.pad = 16;
+    c.seqlen_q = c.seqlen_new = 8;
+    c.heads_q = 16;
+    c.softcap = 30.0f;
+    c.capacity = 300;
+    c.cache_seqlens = {10, 200, 0};
+    c.num_splits = 2;
+  });
+  return cases;
+}
+
+class KvcacheHeadDims : public ::testing::TestWithParam<KvcacheCase> {};
+
+TEST_P(KvcacheHeadDims, MatchesReferenceAndLeavesThePaddingAlone) {
+  FLASH4_REQUIRE_GPU();
+  const KvcacheCase& c = GetParam();
+  const int needed = std::max(c.head_dim, c.head_dim_v);
+  const int width = host::serving_head_dim(host::built_decode_kernels(), c.dtype, needed);
+  if (width == 0) GTEST_SKIP() << "this build has no decode kernel of width >= " << needed;
+  SCOPED_TRACE("served by the decode kernel of width " + std::to_string(width));
+  const KvcacheOutcome outcome = run_kvcache_case(c);
+  EXPECT_TRUE(outcome.o);
+  EXPECT_TRUE(outcome.lse);
+  EXPECT_TRUE(outcome.cache);
+  EXPECT_TRUE(outcome.guards);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, KvcacheHeadDims, ::testing::ValuesIn(head_dim_cases()), test_name);
 
 }  // namespace
 }  // namespace flash4::test

@@ -70,6 +70,16 @@ def test_params_from_tensors_paged_with_append():
     assert (p.causal, p.window_left, p.window_right, p.num_splits) == (1, 7, 0, 4)
     assert p.softmax_scale == 0.5 and p.softcap == 3.0
     assert p.lse == lse.data_ptr() and p.o == out.data_ptr()
+    assert p.head_dim_v == 64
+
+
+def test_params_carry_v_head_dim_of_its_own():
+    q, k_cache, v_cache = torch.zeros(2, 1, 4, 192, dtype=BF16), torch.zeros(2, 32, 2, 192, dtype=BF16), torch.zeros(
+        2, 32, 2, 128, dtype=BF16)
+    out, lse = torch.empty(2, 1, 4, 128, dtype=BF16), torch.empty(2, 4, 1)
+    p = kvcache.kvcache_params(q, k_cache, v_cache, None, None, out, lse, None, None, None, 0.1, False, -1, -1, 0.0, 0)
+    assert (p.head_dim, p.head_dim_v) == (192, 128)
+    assert (p.v_cache_strides.seq, p.o_strides.head, p.k_cache_strides.seq) == (2 * 128, 128, 2 * 192)
 
 
 @pytest.fixture
@@ -106,7 +116,12 @@ def test_unsupported_arguments_say_so(fake, name):
     [
         (lambda: {"q": [1.0]}, TypeError, "q must be a torch.Tensor"),
         (lambda: {"v_cache": t(2, 256, 2, 128, dtype=torch.float16)}, TypeError, "v_cache has dtype torch.float16"),
-        (lambda: {"q": t(2, 1, 8, 96)}, ValueError, "supports 64 and 128"),
+        (lambda: {"q": t(2, 1, 8, 100)}, ValueError, "q has head_dim 100; flash_attn_with_kvcache supports head dims "
+         "that are multiples of 8 from 8 to 256"),
+        (lambda: {"q": t(2, 1, 8, 264), "k_cache": t(2, 256, 2, 264)}, ValueError, "q has head_dim 264"),
+        (lambda: {"v_cache": t(2, 256, 2, 12)}, ValueError, "v_cache has head_dim 12"),
+        (lambda: {"q": t(2, 1, 8, 96)}, ValueError, "with q's head_dim 96 in k_cache"),
+        (lambda: {"k": t(2, 1, 2, 128), "v": t(2, 1, 2, 64), "cache_seqlens": 3}, ValueError, "128 for v"),
         (lambda: {"q": t(2, 8, 128)}, ValueError, "q must be 4-D"),
         (lambda: {"v_cache": t(2, 128, 2, 128)}, ValueError, "must have one shape"),
         (lambda: {"q": t(2, 1, 6, 128), "k_cache": t(2, 256, 4, 128), "v_cache": t(2, 256, 4, 128)}, ValueError,
@@ -134,6 +149,14 @@ def test_unsupported_arguments_say_so(fake, name):
 def test_bad_arguments_raise_naming_them(fake, replace, error, message):
     with pytest.raises(error, match=re.escape(message)):
         call(**replace())
+
+
+@pytest.mark.parametrize("head_dim, head_dim_v", [(8, 8), (40, 40), (136, 136), (256, 256), (192, 128), (64, 256)])
+def test_head_dims_multiple_of_8_up_to_256_give_out_of_v_head_dim(fake, head_dim, head_dim_v):
+    k, v = t(2, 1, 2, head_dim), t(2, 1, 2, head_dim_v)
+    out, lse = call(q=t(2, 1, 8, head_dim), k_cache=t(2, 256, 2, head_dim), v_cache=t(2, 256, 2, head_dim_v), k=k, v=v,
+                    cache_seqlens=3, return_softmax_lse=True)
+    assert tuple(out.shape) == (2, 1, 8, head_dim_v) and tuple(lse.shape) == (2, 8, 1)
 
 
 def test_strided_cache_views_of_16_byte_rows_are_accepted(fake, monkeypatch):

@@ -249,3 +249,41 @@ def test_paged_params_copied_from_a_template_hold_their_own_block_table():
                                          block_table=table)
         assert fwd().block_table == table.data_ptr()
         assert bytes(fwd()) == _fresh_bytes(fwd, _launch._FWD_TEMPLATES)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_params_filled_from_a_layout_equal_params_read_from_the_tensors(varlen):
+    """forward() and backward() fill the struct from q, k, v's cached _Layout (and make the outputs it sizes);
+    that must give the bytes the tensors themselves give. v has a head dim of its own."""
+    q, k = torch.zeros(2, 16, 4, 64, dtype=torch.bfloat16), torch.zeros(2, 16, 2, 64, dtype=torch.bfloat16)
+    v = torch.zeros(2, 16, 2, 32, dtype=torch.bfloat16)
+    offsets = None
+    if varlen:
+        q, k, v = q[0], k[0], v[0]
+        cu_seqlens = (torch.tensor([0, 7, 16], dtype=torch.int32), torch.tensor([0, 9, 16], dtype=torch.int32))
+        offsets = _launch.Varlen(*cu_seqlens, 9, 9)
+    layout = _launch._layout(q, k, v)
+    assert _launch._layout(q, k, v) is layout  # cached by shapes, strides and dtype
+    out, lse = layout.empty_outputs(q)
+    assert (out.shape, lse.shape) == ((_launch.out_shape(q, v)), _launch.lse_shape(q)) and out.is_contiguous()
+    dq, dk, dv = _launch.empty_grads(q, k, v)
+    fills = {
+        _launch._FWD_TEMPLATES: lambda layout: _launch.fwd_params(q, k, v, out, lse, OPTIONS, offsets, layout),
+        _launch._BWD_TEMPLATES: lambda layout: _launch.bwd_params(out, q, k, v, out, lse, dq, dk, dv, OPTIONS, offsets,
+                                                                  layout),
+    }
+    for templates, fill in fills.items():
+        assert _fresh_bytes(lambda: fill(layout), templates) == _fresh_bytes(lambda: fill(None), templates)
+        assert bytes(fill(layout)) == bytes(fill(None))  # from their templates
+
+
+def test_an_address_tma_cannot_read_is_copied_though_its_layout_was_read_in_place():
+    """A layout's strides are checked once; the addresses, which differ from call to call, every time."""
+    rows = 2 * 16 * 4 * 64
+    buffer = torch.zeros(rows + 8, dtype=torch.bfloat16)
+    aligned, misaligned = buffer[:rows].view(2, 16, 4, 64), buffer[1:rows + 1].view(2, 16, 4, 64)
+    assert aligned.stride() == misaligned.stride() and misaligned.data_ptr() % 16
+    assert all(t is aligned for t in _launch._readable(aligned, aligned, aligned)[:3])
+    q, k, v, layout = _launch._readable(misaligned, aligned, aligned)
+    assert q is not misaligned and torch.equal(q, misaligned) and not q.data_ptr() % 16
+    assert k is aligned and v is aligned and layout.in_place

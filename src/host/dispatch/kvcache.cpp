@@ -1,5 +1,6 @@
-// Implements host/kvcache.hpp: the registry of decode kernels, the kernel parameters, the workspace check and
-// the launch.
+// Implements host/kvcache.hpp: the registry of decode kernels, the choice of the kernel that serves the call's
+// head dims (the smallest built width >= both, host/kernel_choice.hpp), the kernel parameters, the workspace
+// check and the launch.
 #include "host/kvcache.hpp"
 
 #include <cuda_runtime.h>
@@ -10,6 +11,9 @@
 
 #include "built_decode_kernels.hpp"
 #include "host/device_info.hpp"
+#include "host/dispatch/no_kernel.hpp"
+#include "host/dispatch/problem_fields.hpp"
+#include "host/kernel_choice.hpp"
 #include "host/kvcache_plan.hpp"
 #include "host/workspace_check.hpp"
 #include "launch/decode_params.hpp"
@@ -29,7 +33,7 @@ using DecodeLaunchFn = cudaError_t (*)(const DecodeParams&, int, int, cudaStream
 
 struct DecodeEntry {
   flash4_dtype dtype;
-  int head_dim;
+  int width;
   DecodeLaunchFn launch;
 };
 
@@ -40,33 +44,37 @@ constexpr DecodeEntry kEntries[] = {FLASH4_FOR_EACH_BUILT_DECODE_KERNEL(FLASH4_D
                                         DecodeEntry{FLASH4_DTYPE_BF16, 0, nullptr}};
 #undef FLASH4_DECODE_ENTRY
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 const char* dtype_name(flash4_dtype dtype) { return dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16"; }
 
-DecodeLaunchFn find_decode_kernel(flash4_dtype dtype, int head_dim) {
+DecodeLaunchFn find_decode_kernel(flash4_dtype dtype, int width) {
   for (const DecodeEntry& entry : kEntries) {
-    if (entry.launch != nullptr && entry.dtype == dtype && entry.head_dim == head_dim) return entry.launch;
+    if (entry.launch != nullptr && entry.dtype == dtype && entry.width == width) return entry.launch;
   }
   return nullptr;
 }
 
-std::string built_decode_kernels() {
+std::string built_decode_list() {
   std::string list;
   for (const DecodeEntry& entry : kEntries) {
     if (entry.launch == nullptr) continue;
     if (!list.empty()) list += ' ';
     list += dtype_name(entry.dtype);
     list += "/d";
-    list += std::to_string(entry.head_dim);
+    list += std::to_string(entry.width);
   }
   return list.empty() ? "none" : list;
 }
 
-RowStrides strides_of(const flash4_strides& s) { return RowStrides{s.batch, s.seq, s.head}; }
+// The width of the built decode kernel that serves the call; 0 when none is wide enough.
+int serving_width(const flash4_kvcache_params& p) {
+  return serving_head_dim(built_decode_kernels(), p.dtype, needed_head_dim(p));
+}
 
-// The plan for these params on the current device (the SM count only matters when num_splits is 0).
+// The plan for these params on the current device (the SM count only matters when num_splits is 0), or
+// NO_KERNEL when this build has no decode kernel wide enough for them.
 LaunchResult plan_on_device(const flash4_kvcache_params& p, KvcachePlan& plan) {
+  const int width = serving_width(p);
+  if (width == 0) return no_kernel("decode", p, built_decode_list());
   LaunchResult result;
   int sm_count = 0;
   if (kvcache_plan_needs_device(p)) {
@@ -75,7 +83,7 @@ LaunchResult plan_on_device(const flash4_kvcache_params& p, KvcachePlan& plan) {
     if (result.status != FLASH4_SUCCESS) return result;
     sm_count = device.sm_count;
   }
-  plan = plan_kvcache(p, sm_count);
+  plan = plan_kvcache(p, width, sm_count);
   return result;
 }
 
@@ -99,6 +107,8 @@ DecodeParams kernel_params(const flash4_kvcache_params& p, const KvcachePlan& pl
   kp.seqlen_new = p.seqlen_new;
   kp.heads_q = p.heads_q;
   kp.heads_kv = p.heads_kv;
+  kp.head_dim = p.head_dim;
+  kp.head_dim_v = value_head_dim(p);
   kp.group = plan.group;
   kp.rows = plan.rows;
   kp.row_blocks = plan.row_blocks;
@@ -110,9 +120,7 @@ DecodeParams kernel_params(const flash4_kvcache_params& p, const KvcachePlan& pl
   kp.block_table_stride = p.block_table_stride;
   kp.num_pages = p.num_pages;
   kp.page = FastDivmod::make(p.block_table != nullptr ? static_cast<std::uint32_t>(p.page_size) : 1u);
-  kp.has_softcap = p.softcap > 0.0f;
-  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
-  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  set_score_constants(kp, p.softmax_scale, p.softcap);
   kp.window_left = p.window_left;
   kp.window_right = p.window_right;
   kp.splits = plan.splits;
@@ -134,18 +142,10 @@ LaunchResult kvcache_workspace_bytes(const flash4_kvcache_params& p, std::size_t
 }
 
 LaunchResult launch_kvcache(const flash4_kvcache_params& p, flash4_stream_t stream) {
-  LaunchResult result;
-  const DecodeLaunchFn launch = find_decode_kernel(p.dtype, p.head_dim);
-  if (launch == nullptr) {
-    result.status = FLASH4_ERROR_NO_KERNEL;
-    result.message = std::string("no decode kernel for ") + dtype_name(p.dtype) + "/d" + std::to_string(p.head_dim) +
-                     " in this build (built: " + built_decode_kernels() +
-                     "); rebuild with FLASH4_DTYPES / FLASH4_HEAD_DIMS including it";
-    return result;
-  }
   KvcachePlan plan;
-  result = plan_on_device(p, plan);
+  LaunchResult result = plan_on_device(p, plan);
   if (result.status != FLASH4_SUCCESS) return result;
+  const DecodeLaunchFn launch = find_decode_kernel(p.dtype, plan.width);
   result = check_workspace(p.workspace, p.workspace_bytes, plan.workspace_bytes,
                            "this call runs " + std::to_string(plan.splits) + " splits and needs",
                            "flash4_kvcache_workspace_size on the device of the call");
@@ -157,7 +157,7 @@ LaunchResult launch_kvcache(const flash4_kvcache_params& p, flash4_stream_t stre
                                     reinterpret_cast<cudaStream_t>(stream));
   if (status != cudaSuccess) {
     result.status = FLASH4_ERROR_CUDA;
-    result.message = std::string("kvcache launch (") + dtype_name(p.dtype) + "/d" + std::to_string(p.head_dim) +
+    result.message = std::string("kvcache launch (") + dtype_name(p.dtype) + "/d" + std::to_string(plan.width) +
                      ", " + std::to_string(plan.splits) + " splits): " + cudaGetErrorString(status);
   }
   return result;

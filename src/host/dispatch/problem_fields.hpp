@@ -1,7 +1,7 @@
 // The kernel-params fields the forward and the backward share, named alike in FwdKernelParams and
 // BwdKernelParams: sizes, varlen offsets, seqused, the sinks, the softcap and scale constants and the
 // window, and the strides in the kernels' own form. One place fills them for both directions, so the two
-// cannot drift apart.
+// cannot drift apart; the decode kernel takes the score constants from here too.
 #pragma once
 
 #include "flash4/flash4.h"
@@ -12,6 +12,15 @@ namespace flash4::host {
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 inline TensorStrides strides_of(const flash4_strides& s) { return TensorStrides{s.batch, s.seq, s.head}; }
+
+// The score constants of every kernel: with softcap the kernels compute softcap * tanh(s * scale / softcap)
+// and carry softcap into the exponent.
+template <class KernelParams>
+void set_score_constants(KernelParams& kp, float softmax_scale, float softcap) {
+  kp.has_softcap = softcap > 0.0f;
+  kp.scale_log2 = (kp.has_softcap ? softcap : softmax_scale) * kLog2e;
+  kp.softcap_prescale = kp.has_softcap ? softmax_scale / softcap : 1.0f;
+}
 
 // `p`: validated C params of either direction; the window edges come from the direction's plan.
 template <class KernelParams, class Params>
@@ -27,10 +36,7 @@ void set_problem_fields(KernelParams& kp, const Params& p, int window_left, int 
   kp.seqused_q = p.seqused_q;
   kp.seqused_k = p.seqused_k;
   kp.sink = p.sink;
-  // With softcap the kernels compute softcap * tanh(s * scale / softcap) and carry softcap into the exponent.
-  kp.has_softcap = p.softcap > 0.0f;
-  kp.scale_log2 = (kp.has_softcap ? p.softcap : p.softmax_scale) * kLog2e;
-  kp.softcap_prescale = kp.has_softcap ? p.softmax_scale / p.softcap : 1.0f;
+  set_score_constants(kp, p.softmax_scale, p.softcap);
   kp.window_left = window_left;
   kp.window_right = window_right;
 }

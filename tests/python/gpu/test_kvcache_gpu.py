@@ -1,6 +1,8 @@
 """flash_attn_with_kvcache on the GPU (H200): against an fp32 torch computation on the gathered cache (the
-tolerance rule of test_gpu_ops.py), appends landing in the cache in place, paged caches, splits, the host
-check of device values, CUDA graph capture and torch.compile. Skipped without a CUDA device.
+tolerance rule of test_gpu_ops.py), appends landing in the cache in place, paged caches, splits, head dims
+served by a wider kernel and v's head dim apart from q's (on rows padded with NaN that must stay unread and
+unwritten), the host check of device values, CUDA graph capture and torch.compile. Skipped without a CUDA
+device.
 """
 
 import pytest
@@ -30,14 +32,28 @@ def run(*args, **kwargs):
         raise
 
 
-def make_cache(batch, capacity, heads_kv, head_dim, page_size, dtype=BF16):
+def randn(*shape, pad=0, dtype=BF16):
+    """A random CUDA tensor of `shape`; with pad > 0 a view of rows of shape[-1] + pad elements whose padding
+    is NaN (padding(t) returns it)."""
+    full = torch.randn(*shape[:-1], shape[-1] + pad, dtype=dtype, device="cuda")
+    full[..., shape[-1]:] = float("nan")
+    return full[..., : shape[-1]]
+
+
+def padding(t):
+    """The NaN padding past t's rows (empty when t was made without one)."""
+    return t._base[..., t.shape[-1]:] if t._base is not None else t[..., :0]
+
+
+def make_cache(batch, capacity, heads_kv, head_dim, page_size, dtype=BF16, head_dim_v=None, pad=0):
     """(k_cache, v_cache, block_table or None, gather) where gather(cache, b, n) is sequence b's first n rows."""
+    dims = (head_dim, head_dim_v or head_dim)
     if not page_size:
-        k, v = (torch.randn(batch, capacity, heads_kv, head_dim, dtype=dtype, device="cuda") for _ in range(2))
+        k, v = (randn(batch, capacity, heads_kv, d, pad=pad, dtype=dtype) for d in dims)
         return k, v, None, lambda cache, b, n: cache[b, :n]
     pages_per_seq = -(-capacity // page_size)
     num_pages = batch * pages_per_seq + 3
-    k, v = (torch.randn(num_pages, page_size, heads_kv, head_dim, dtype=dtype, device="cuda") for _ in range(2))
+    k, v = (randn(num_pages, page_size, heads_kv, d, pad=pad, dtype=dtype) for d in dims)
     table = torch.randperm(num_pages, device="cuda")[: batch * pages_per_seq].view(batch, pages_per_seq).int()
 
     def gather(cache, b, n):
@@ -47,16 +63,22 @@ def make_cache(batch, capacity, heads_kv, head_dim, page_size, dtype=BF16):
 
 
 def check_case(batch=3, seqlen_q=1, seqlen_new=1, heads_q=8, heads_kv=2, head_dim=128, capacity=300, page_size=0,
-               lens=(0, 37, 250), causal=False, window=(-1, -1), softcap=0.0, num_splits=0):
+               lens=(0, 37, 250), causal=False, window=(-1, -1), softcap=0.0, num_splits=0, head_dim_v=None, pad=0):
     torch.manual_seed(0)
-    k_cache, v_cache, table, gather = make_cache(batch, capacity, heads_kv, head_dim, page_size)
-    q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=BF16, device="cuda")
-    k_new, v_new = (torch.randn(batch, seqlen_new, heads_kv, head_dim, dtype=BF16, device="cuda") for _ in range(2))
+    head_dim_v = head_dim_v or head_dim
+    k_cache, v_cache, table, gather = make_cache(batch, capacity, heads_kv, head_dim, page_size,
+                                                 head_dim_v=head_dim_v, pad=pad)
+    q = randn(batch, seqlen_q, heads_q, head_dim, pad=pad)
+    k_new = randn(batch, seqlen_new, heads_kv, head_dim, pad=pad)
+    v_new = randn(batch, seqlen_new, heads_kv, head_dim_v, pad=pad)
     cache_seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     k_before, v_before = k_cache.clone(), v_cache.clone()
     out, lse = run(q, k_cache, v_cache, k=k_new if seqlen_new else None, v=v_new if seqlen_new else None,
                    cache_seqlens=cache_seqlens, block_table=table, causal=causal, window_size=window, softcap=softcap,
                    num_splits=num_splits, return_softmax_lse=True)
+    assert tuple(out.shape) == (batch, seqlen_q, heads_q, head_dim_v)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        assert padding(t).isnan().all(), f"the padding past {name}'s rows was written"
     scale = head_dim**-0.5
     for b in range(batch):
         n = lens[b]
@@ -77,6 +99,17 @@ def check_case(batch=3, seqlen_q=1, seqlen_new=1, heads_q=8, heads_kv=2, head_di
 @pytest.mark.parametrize("page_size", [0, 16, 64, 256])
 def test_decode_step_with_append(head_dim, page_size):
     check_case(head_dim=head_dim, page_size=page_size, capacity=512, lens=(0, 63, 511))
+
+
+# Head dims without a decode kernel of their own (40 -> 64, 80/96 -> 128, 136 -> 192, 200 -> 256), the full
+# widths 192 and 256, and v's head dim apart from q's; rows padded with NaN, appends, paged or not, split or not.
+@pytest.mark.parametrize("head_dim, head_dim_v, page_size, num_splits", [
+    (40, None, 0, 1), (80, None, 16, 3), (96, None, 0, 0), (136, None, 64, 2), (192, None, 0, 3),
+    (200, None, 48, 1), (256, None, 0, 4), (192, 128, 16, 1), (192, 128, 0, 3), (64, 256, 0, 2),
+])
+def test_head_dims_on_padded_rows(head_dim, head_dim_v, page_size, num_splits):
+    check_case(head_dim=head_dim, head_dim_v=head_dim_v, page_size=page_size, num_splits=num_splits, pad=8,
+               seqlen_q=2, seqlen_new=2, causal=True, capacity=400, lens=(0, 100, 398))
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 64])

@@ -1,7 +1,8 @@
 // Split-KV merge: each output row's splits, weighted by exp(lse_split - max lse), give its O and LSE. One
-// warp per (sequence, query row, query head) row; lane l holds columns 4l..4l+3 (and 4l + 128.. at larger
-// head dims). A NaN partial (a split that met unusable device-side values) makes the row NaN; a row no split
-// saw a key for gets O = 0 and LSE = -inf.
+// warp per (sequence, query row, query head) row; lane l holds columns 4l..4l+3 (and 4l + 128.. past 128),
+// up to head_dim_v (a multiple of 8, so a lane's 4 columns lie all below it or all past it). A NaN partial
+// (a split that met unusable device-side values) makes the row NaN; a row no split saw a key for gets O = 0
+// and LSE = -inf.
 #pragma once
 
 #include <cmath>
@@ -19,11 +20,11 @@ namespace flash4::decode {
 inline constexpr int kCombineWarps = 4;
 inline constexpr float kLog2eCombine = 1.4426950408889634f;
 
-template <class Element, int kHeadDim>
+template <class Element, int kWidth>
 __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kColumnsPerLane = 4;
-  constexpr int kColumnSteps = (kHeadDim + 32 * kColumnsPerLane - 1) / (32 * kColumnsPerLane);
+  constexpr int kColumnSteps = (kWidth + 32 * kColumnsPerLane - 1) / (32 * kColumnsPerLane);
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
@@ -51,8 +52,8 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const __gri
 #pragma unroll
     for (int c = 0; c < kColumnSteps; ++c) {
       const int column = (c * 32 + lane) * kColumnsPerLane;
-      if (column >= kHeadDim) continue;
-      const float4 part = *reinterpret_cast<const float4*>(p.partial_o + partial_row * kHeadDim + column);
+      if (column >= p.head_dim_v) continue;
+      const float4 part = *reinterpret_cast<const float4*>(p.partial_o + partial_row * p.head_dim_v + column);
       acc[c][0] += weight * part.x;
       acc[c][1] += weight * part.y;
       acc[c][2] += weight * part.z;
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const __gri
 #pragma unroll
   for (int c = 0; c < kColumnSteps; ++c) {
     const int column = (c * 32 + lane) * kColumnsPerLane;
-    if (column >= kHeadDim) continue;
+    if (column >= p.head_dim_v) continue;
     float v[kColumnsPerLane];
 #pragma unroll
     for (int e = 0; e < kColumnsPerLane; ++e) v[e] = any_nan ? nan : acc[c][e] * inverse;

@@ -20,26 +20,26 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kOutputChunk = 8;  // elements per thread and step: one 16-byte store of O
 
 // The merge buffers in the (drained) ring: per warp 16 rows of O and of (max, sum).
-template <int kHeadDim>
+template <int kWidth>
 struct MergeBuffers {
   float* o;      // [warp][row][Config::kMergeRowFloats]
   float2* stats; // [warp][row]: (row max, row sum)
 
   __device__ __forceinline__ explicit MergeBuffers(char* ring)
       : o(reinterpret_cast<float*>(ring)),
-        stats(reinterpret_cast<float2*>(ring + kWarps * kTileRows * Config<kHeadDim>::kMergeRowFloats * 4)) {}
+        stats(reinterpret_cast<float2*>(ring + kWarps * kTileRows * Config<kWidth>::kMergeRowFloats * 4)) {}
   __device__ __forceinline__ float* row(int warp, int r) const {
-    return o + (warp * kTileRows + r) * Config<kHeadDim>::kMergeRowFloats;
+    return o + (warp * kTileRows + r) * Config<kWidth>::kMergeRowFloats;
   }
 };
 
-template <class Element, int kHeadDim, int kRowTiles>
-__device__ __forceinline__ void stash_warp_result(const WarpAttention<Element, kHeadDim, kRowTiles>& warp, int warp_id,
-                                                  const MergeBuffers<kHeadDim>& merge) {
+template <class Element, int kWidth, int kRowTiles>
+__device__ __forceinline__ void stash_warp_result(const WarpAttention<Element, kWidth, kRowTiles>& warp, int warp_id,
+                                                  const MergeBuffers<kWidth>& merge) {
   const int g = warp.lane / 4;
   const int t = warp.lane % 4;
 #pragma unroll
-  for (int n = 0; n < WarpAttention<Element, kHeadDim, kRowTiles>::kDimTiles; ++n) {
+  for (int n = 0; n < WarpAttention<Element, kWidth, kRowTiles>::kDimTiles; ++n) {
     *reinterpret_cast<float2*>(merge.row(warp_id, g) + 8 * n + 2 * t) = make_float2(warp.o[n][0], warp.o[n][1]);
     *reinterpret_cast<float2*>(merge.row(warp_id, g + 8) + 8 * n + 2 * t) = make_float2(warp.o[n][2], warp.o[n][3]);
   }
@@ -51,8 +51,8 @@ __device__ __forceinline__ void stash_warp_result(const WarpAttention<Element, k
 
 // Packed row `r` of the CTA, columns [column, column + 8): the key groups' partials merged and normalized,
 // and the row's natural-log LSE (-inf when no key was visible: O = 0).
-template <int kHeadDim, int kRowTiles>
-__device__ __forceinline__ float merged_row(const MergeBuffers<kHeadDim>& merge, int r, int column,
+template <int kWidth, int kRowTiles>
+__device__ __forceinline__ float merged_row(const MergeBuffers<kWidth>& merge, int r, int column,
                                             float (&values)[kOutputChunk]) {
   constexpr int kKeyGroups = kWarps / kRowTiles;
   const int tile = r / kTileRows;
@@ -82,17 +82,18 @@ __device__ __forceinline__ float merged_row(const MergeBuffers<kHeadDim>& merge,
   return sum > 0.0f ? (row_max + __log2f(sum)) * kLn2 : kNegInf;
 }
 
-template <class Element, int kHeadDim, int kRowTiles>
-__device__ __forceinline__ void write_rows(const DecodeParams& p, const CtaWork& w, const MergeBuffers<kHeadDim>& merge,
+template <class Element, int kWidth, int kRowTiles>
+__device__ __forceinline__ void write_rows(const DecodeParams& p, const CtaWork& w, const MergeBuffers<kWidth>& merge,
                                           bool poisoned) {
-  constexpr bool kIsBf16 = WarpAttention<Element, kHeadDim, kRowTiles>::kIsBf16;
-  constexpr int kChunksPerRow = kHeadDim / kOutputChunk;
+  constexpr bool kIsBf16 = WarpAttention<Element, kWidth, kRowTiles>::kIsBf16;
+  // Only O's true columns (head_dim_v, a multiple of kOutputChunk) are written.
+  const int chunks_per_row = p.head_dim_v / kOutputChunk;
   const float nan = __int_as_float(0x7fffffff);
-  for (int item = static_cast<int>(threadIdx.x); item < w.row_count * kChunksPerRow; item += kThreads) {
-    const int r = item / kChunksPerRow;
-    const int column = (item % kChunksPerRow) * kOutputChunk;
+  for (int item = static_cast<int>(threadIdx.x); item < w.row_count * chunks_per_row; item += kThreads) {
+    const int r = item / chunks_per_row;
+    const int column = (item % chunks_per_row) * kOutputChunk;
     float values[kOutputChunk];
-    float lse = merged_row<kHeadDim, kRowTiles>(merge, r, column, values);
+    float lse = merged_row<kWidth, kRowTiles>(merge, r, column, values);
     if (poisoned) {
       lse = nan;
 #pragma unroll
@@ -115,7 +116,7 @@ __device__ __forceinline__ void write_rows(const DecodeParams& p, const CtaWork&
     } else {
       const int64_t partial_row =
           ((static_cast<int64_t>(w.split) * p.batch + w.batch) * p.seqlen_q + query) * p.heads_q + head;
-      float4* destination = reinterpret_cast<float4*>(p.partial_o + partial_row * kHeadDim + column);
+      float4* destination = reinterpret_cast<float4*>(p.partial_o + partial_row * p.head_dim_v + column);
       destination[0] = make_float4(values[0], values[1], values[2], values[3]);
       destination[1] = make_float4(values[4], values[5], values[6], values[7]);
       if (writes_lse) p.partial_lse[partial_row] = lse;

@@ -19,9 +19,9 @@
 
 namespace flash4::decode {
 
-template <class Element, int kHeadDim, int kRowTiles>
+template <class Element, int kWidth, int kRowTiles>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
-  using Cfg = Config<kHeadDim>;
+  using Cfg = Config<kWidth>;
   extern __shared__ __align__(128) char smem_raw[];
   char* smem = sm90::align_shared<128>(smem_raw);
   const uint32_t ring = sm90::smem_address(smem);
@@ -36,17 +36,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   bool bad_page = false;
 
   // Q rides in the first group of copies, with the first key block.
-  load_q<Element, kHeadDim>(p, w, q_tile, kRowTiles);
+  load_q<Element, kWidth>(p, w, q_tile, kRowTiles);
 #pragma unroll 1
   for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
     if (ahead < blocks) {
-      load_kv_block<Element, kHeadDim>(p, w, w.block_begin + ahead, k_stage(ahead), v_stage(ahead), bad_page);
+      load_kv_block<Element, kWidth>(p, w, w.block_begin + ahead, k_stage(ahead), v_stage(ahead), bad_page);
     }
     sm90::commit_copies();  // empty groups too: the wait below counts groups
   }
-  if (w.appends) append_rows<Element, kHeadDim>(p, w, bad_page);
+  if (w.appends) append_rows(p, w, bad_page);
 
-  WarpAttention<Element, kHeadDim, kRowTiles> warp;
+  WarpAttention<Element, kWidth, kRowTiles> warp;
   const int warp_id = static_cast<int>(threadIdx.x) / 32;
   warp.init(warp_id, static_cast<int>(threadIdx.x) % 32);
   for (int i = 0; i < blocks; ++i) {
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
     __syncthreads();                          // ... for every thread; and every warp is done with block i - 1
     const int ahead = i + Cfg::kStages - 1;
     if (ahead < blocks) {
-      load_kv_block<Element, kHeadDim>(p, w, w.block_begin + ahead, k_stage(ahead), v_stage(ahead), bad_page);
+      load_kv_block<Element, kWidth>(p, w, w.block_begin + ahead, k_stage(ahead), v_stage(ahead), bad_page);
     }
     sm90::commit_copies();
     if (i == 0) warp.load_q_fragments(q_tile);
@@ -66,10 +66,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   // warp left the loop.
   sm90::wait_copies<0>();
   const bool poisoned = __syncthreads_or(!w.valid || bad_page) != 0;
-  const MergeBuffers<kHeadDim> merge(smem);
+  const MergeBuffers<kWidth> merge(smem);
   stash_warp_result(warp, warp_id, merge);
   __syncthreads();
-  write_rows<Element, kHeadDim, kRowTiles>(p, w, merge, poisoned);
+  write_rows<Element, kWidth, kRowTiles>(p, w, merge, poisoned);
 }
 
 }  // namespace flash4::decode

@@ -1,4 +1,4 @@
-// Host-side launch of one decode instantiation (dtype, head dim): the main kernel for the call's row tiles,
+// Host-side launch of one decode instantiation (dtype, kernel width): the main kernel for the call's row tiles,
 // then, when the key range is split, the combine kernel, both on the caller's stream.
 #pragma once
 
@@ -12,12 +12,10 @@
 
 namespace flash4::decode {
 
-inline constexpr int kSharedAlignmentSlack = 128;  // the kernel aligns its dynamic shared memory to 128 bytes
-
-template <class Element, int kHeadDim, int kRowTiles>
+template <class Element, int kWidth, int kRowTiles>
 cudaError_t launch_main(const DecodeParams& params, int ctas, cudaStream_t stream) {
-  constexpr int kSharedBytes = Config<kHeadDim>::kSharedBytes + kSharedAlignmentSlack;
-  constexpr auto* kernel = &decode_kernel<Element, kHeadDim, kRowTiles>;
+  constexpr int kSharedBytes = Config<kWidth>::kLaunchSharedBytes;
+  constexpr auto* kernel = &decode_kernel<Element, kWidth, kRowTiles>;
   const cudaError_t status = sm90::raise_shared_memory_limit<kernel>(kSharedBytes);
   if (status != cudaSuccess) return status;
   kernel<<<ctas, kThreads, kSharedBytes, stream>>>(params);
@@ -25,18 +23,18 @@ cudaError_t launch_main(const DecodeParams& params, int ctas, cudaStream_t strea
 }
 
 // ctas: the main grid (row_blocks x splits x heads_kv x batch); row_tiles: row_tiles_for(params.rows).
-template <class Element, int kHeadDim>
+template <class Element, int kWidth>
 cudaError_t launch_decode(const DecodeParams& params, int row_tiles, int ctas, cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
   switch (row_tiles) {
-    case 1: status = launch_main<Element, kHeadDim, 1>(params, ctas, stream); break;
-    case 2: status = launch_main<Element, kHeadDim, 2>(params, ctas, stream); break;
-    default: status = launch_main<Element, kHeadDim, kMaxRowTiles>(params, ctas, stream); break;
+    case 1: status = launch_main<Element, kWidth, 1>(params, ctas, stream); break;
+    case 2: status = launch_main<Element, kWidth, 2>(params, ctas, stream); break;
+    default: status = launch_main<Element, kWidth, kMaxRowTiles>(params, ctas, stream); break;
   }
   if (status != cudaSuccess || params.splits == 1) return status;
   const long long rows = static_cast<long long>(params.batch) * params.seqlen_q * params.heads_q;
   const unsigned blocks = static_cast<unsigned>((rows + kCombineWarps - 1) / kCombineWarps);
-  combine_kernel<Element, kHeadDim><<<blocks, 32 * kCombineWarps, 0, stream>>>(params);
+  combine_kernel<Element, kWidth><<<blocks, 32 * kCombineWarps, 0, stream>>>(params);
   return cudaGetLastError();
 }
 

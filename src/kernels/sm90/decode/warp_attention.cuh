@@ -23,21 +23,23 @@
 
 namespace flash4::decode {
 
-template <class Element, int kHeadDim, int kRowTiles>
+template <class Element, int kWidth, int kRowTiles>
 struct WarpAttention {
   static constexpr bool kIsBf16 = std::is_same_v<Element, __nv_bfloat16>;
   static constexpr int kKeyGroups = kWarps / kRowTiles;
   static constexpr int kWarpKeys = kBlockKeys / kKeyGroups;  // keys of each block this warp handles
   static constexpr int kKeyTiles = kWarpKeys / 8;            // n8 tiles of S
-  static constexpr int kDimSteps = kHeadDim / 16;            // k16 steps of S, n16 pairs of O
-  static constexpr int kDimTiles = kHeadDim / 8;             // n8 tiles of O
-  static constexpr int kChunksPerRow = Config<kHeadDim>::kChunksPerRow;
+  static constexpr int kDimSteps = kWidth / 16;            // k16 steps of S, n16 pairs of O
+  static constexpr int kDimTiles = kWidth / 8;             // n8 tiles of O
+  static constexpr int kChunksPerRow = Config<kWidth>::kChunksPerRow;
+  static constexpr bool kQInRegisters = Config<kWidth>::kQInRegisters;
   static_assert(kWarpKeys % 16 == 0, "whole k16 steps of P V");
 
   int row_tile;
   int key_group;
   int lane;
-  uint32_t q[kDimSteps][4];
+  uint32_t q_tile;                              // the CTA's Q tile in shared memory
+  uint32_t q[kQInRegisters ? kDimSteps : 1][4];  // Q's A fragments, where they stay in registers
   float o[kDimTiles][4];
   float row_max[2];  // running max of rows g and g + 8 (log2 units); -inf before any visible key
   float row_sum[2];  // this thread's share of the running sum of 2^(score - row_max)
@@ -55,14 +57,29 @@ struct WarpAttention {
     row_sum[0] = row_sum[1] = 0.0f;
   }
 
-  // The warp's 16 Q rows as A fragments, one x4 load per k16 step (matrices: rows 0-7 / 8-15 x the
-  // step's first / second 8 columns).
-  __device__ __forceinline__ void load_q_fragments(uint32_t q_tile) {
+  // The A fragments of k16 step `step` of the warp's 16 Q rows, one x4 load (matrices: rows 0-7 / 8-15 x
+  // the step's first / second 8 columns).
+  __device__ __forceinline__ void load_q_step(int step, uint32_t (&a)[4]) const {
     const int matrix = lane / 8;
     const int row = row_tile * kTileRows + (matrix % 2) * 8 + lane % 8;
+    sm90::load_matrix_x4(a, q_tile + swizzled_offset<kChunksPerRow>(row, 2 * step + matrix / 2));
+  }
+
+  // Once Q has landed in `tile`: its fragments into registers where they stay there (kQInRegisters).
+  __device__ __forceinline__ void load_q_fragments(uint32_t tile) {
+    q_tile = tile;
+    if constexpr (kQInRegisters) {
 #pragma unroll
-    for (int step = 0; step < kDimSteps; ++step) {
-      sm90::load_matrix_x4(q[step], q_tile + swizzled_offset<kChunksPerRow>(row, 2 * step + matrix / 2));
+      for (int step = 0; step < kDimSteps; ++step) load_q_step(step, q[step]);
+    }
+  }
+
+  __device__ __forceinline__ void q_fragment(int step, uint32_t (&a)[4]) const {
+    if constexpr (kQInRegisters) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) a[c] = q[step][c];
+    } else {
+      load_q_step(step, a);
     }
   }
 
@@ -76,15 +93,17 @@ struct WarpAttention {
     }
     const int matrix = lane / 8;
     const int key_in_pair = (matrix / 2) * 8 + lane % 8;
-#pragma unroll
+#pragma unroll Config<kWidth>::kScoreStepsUnrolled
     for (int step = 0; step < kDimSteps; ++step) {
+      uint32_t a[4];
+      q_fragment(step, a);
 #pragma unroll
       for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
         const int key = key_group * kWarpKeys + pair * 16 + key_in_pair;
         uint32_t b[4];
         sm90::load_matrix_x4(b, k_stage + swizzled_offset<kChunksPerRow>(key, 2 * step + matrix % 2));
-        sm90::mma_m16n8k16<kIsBf16>(s[2 * pair], q[step], b[0], b[1]);
-        sm90::mma_m16n8k16<kIsBf16>(s[2 * pair + 1], q[step], b[2], b[3]);
+        sm90::mma_m16n8k16<kIsBf16>(s[2 * pair], a, b[0], b[1]);
+        sm90::mma_m16n8k16<kIsBf16>(s[2 * pair + 1], a, b[2], b[3]);
       }
     }
   }
