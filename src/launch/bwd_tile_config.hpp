@@ -126,7 +126,7 @@ struct BwdTileConfig {
 // order; key block n adds into copy n % copies, in turn with the other key blocks of that copy. The turns
 // form a chain per (query block, copy), and each link costs the latency of an add landing plus a release /
 // acquire whenever the key block next in turn reaches the query block no later than its predecessor. Four
-// copies cut the chains by four, for four times the accumulator's memory (and its zeroing and reads in the
+// copies cut the chains by four, for four times the accumulator's memory (and its reads in the
 // postprocess).
 inline constexpr int kBwdDeterministicDqCopies = 4;
 
