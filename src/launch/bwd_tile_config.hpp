@@ -33,6 +33,7 @@
 #pragma once
 
 #include "kernels/common/host_device.hpp"
+#include "kernels/common/mask.hpp"
 #include "launch/fwd_tile_config.hpp"
 
 namespace flash4 {
@@ -141,12 +142,11 @@ struct BwdTileConfig {
 };
 
 // Deterministic mode: the dQ accumulator is split into copies that the postprocess sums in a fixed
-// order; key block n adds into copy n % copies, in turn after the lower key blocks of the same copy. The
-// turns form a chain per (query block, copy), and each link costs the latency of an add landing plus a
-// release / acquire: a key block's first add waits for every lower block of its copy, so with one copy
-// the last of 128 key blocks starts about 128 of those latencies late, and under causal masking, where
-// that block has the fewest steps, its SM idles that long. Four copies cut the chains, and that idle
-// time, by four, for four times the accumulator's memory (and its zeroing and reads in the postprocess).
+// order; key block n adds into copy n % copies, in turn with the other key blocks of that copy. The turns
+// form a chain per (query block, copy), and each link costs the latency of an add landing plus a release /
+// acquire whenever the key block next in turn reaches the query block no later than its predecessor. Four
+// copies cut the chains by four, for four times the accumulator's memory (and its reads in the
+// postprocess).
 inline constexpr int kBwdDeterministicDqCopies = 4;
 
 // The copies a backward uses: one unless deterministic, and no more than it has key blocks.
@@ -155,15 +155,58 @@ FLASH4_HD constexpr int bwd_dq_copies(bool deterministic, int n_blocks) {
   return n_blocks < kBwdDeterministicDqCopies ? n_blocks : kBwdDeterministicDqCopies;
 }
 
+// The order of the work, which the dQ turns are built around. Outside deterministic mode the tiles of a
+// (sequence, kv head) start from key block 0, the longest under bottom-right causal masking, and each walks
+// its query blocks from the last down: the key blocks of a head running at once then share the query block
+// they work on (its Q / dO tiles stay in L2) and the longest tiles do not trail at the end.
+// In deterministic mode the tiles of a head start from the highest key block (shortest first), each walks
+// its query blocks upward from its first, and the adds into a copy of a query block go from the highest key
+// block down. Under a causal mask (a bounded right edge) a tile then reaches each query block it shares
+// with a lower key block, whose first query block comes earlier, before that block does when both start
+// together, so its turn has passed before the successor arrives: those links cost no waits. Key blocks with
+// the same first query block (no mask, or an unbounded right edge) still reach each block together, and
+// each link waits for one landing. The opposite order, longest first with the downward walk, has every key
+// block of a causal head reach a query block at the same step, and under GQA the lower key blocks, which
+// have more steps per query head, fall further behind the ones waiting for them with every head.
+FLASH4_HD constexpr int bwd_key_block_of(int index_in_head, int n_blocks, bool deterministic) {
+  return deterministic ? n_blocks - 1 - index_in_head : index_in_head;
+}
+// A tile's walk over the query blocks of each query head, as a signed range [walk_begin, walk_end) counted
+// up: the query block at index i is |i|, and the walk down runs over negated blocks. Both directions then
+// cost a loop the two registers of a plain one (a block, a step count and a stride spilled where registers
+// are tightest).
+FLASH4_HD constexpr int bwd_walk_begin(const QueryBlockRange& queries, bool deterministic) {
+  return deterministic ? queries.begin : 1 - queries.end;
+}
+FLASH4_HD constexpr int bwd_walk_end(const QueryBlockRange& queries, bool deterministic) {
+  return deterministic ? queries.end : 1 - queries.begin;
+}
+FLASH4_HD constexpr int bwd_walk_block(int index) { return index < 0 ? -index : index; }
+
 // The copy key block n_block adds into, and its turn among that copy's contributors to a query block whose
-// first contributing key block is first_block. The contributors of copy c are the key blocks
-// n >= first_block with n % copies == c; the lowest is less than `copies` above first_block.
+// contributing key blocks end (exclusive) at contributors_end: the contributors of copy c are the key blocks
+// below it with n % copies == c, taking their turns from the highest down; the highest is less than
+// `copies` below contributors_end. Every contributor's turns are those of tiles claimed before it (lower
+// tile indices): running CTAs claim tiles in increasing order and run their claims in order, so the lowest
+// unfinished tile always runs and waits on none, and the turns cannot deadlock whether or not every CTA of
+// the grid is resident.
 struct BwdDqOrder {
   int copy;
   int turn;
 };
-FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int first_block, int copies) {
-  return BwdDqOrder{n_block % copies, (n_block - first_block) / copies};
+FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int contributors_end, int copies) {
+  return BwdDqOrder{n_block % copies, (contributors_end - 1 - n_block) / copies};
+}
+
+// Whether copy `copy` of a query block's accumulator has a contributor among the key blocks [begin, end):
+// one with n % copies == copy. In deterministic mode nothing zeroes the copies: the contributor whose turn
+// is 0 stores its partial and the later ones add to it, so the postprocess sums only the copies with a
+// contributor (none: dQ is 0). Zeroing every copy cost as many bytes as the postprocess reads, at every
+// length.
+FLASH4_HD constexpr bool bwd_dq_copy_written(int copy, int begin, int end, int copies) {
+  if (end <= begin) return false;
+  const int first = begin + ((copy - begin % copies) % copies + copies) % copies;  // lowest n >= begin in copy
+  return first < end;
 }
 
 // Head dims with a backward kernel: every head dim the forward has.

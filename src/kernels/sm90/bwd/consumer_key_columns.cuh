@@ -278,7 +278,7 @@ struct BwdKeyColumnsConsumer : BwdConsumerOps<Element, kHeadDim> {
       wgmma_wait<1>();  // dV^T and the dQ chunk
       pin_registers(dv);
       pin_registers(dq);
-      Ops::add_dq_chunk(accum, dq, first_chunk);
+      Ops::add_dq_chunk(accum, dq, first_chunk, target.stores());
       wgmma_wait<0>();  // dK^T
       pin_registers(dk);
     }
@@ -289,7 +289,7 @@ struct BwdKeyColumnsConsumer : BwdConsumerOps<Element, kHeadDim> {
       wgmma_commit();
       wgmma_wait<0>();
       pin_registers(dq);
-      Ops::add_dq_chunk(accum, dq, 2);
+      Ops::add_dq_chunk(accum, dq, 2, target.stores());
     }
     Ops::release_dq_turn(target);
     Ops::release(&bars->stage_empty[ring.stage]);
@@ -358,8 +358,8 @@ struct BwdKeyColumnsConsumer : BwdConsumerOps<Element, kHeadDim> {
       // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
       // across a loop back-edge and would serialize every wgmma of the loop.
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-        for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
-          run_step<kSoftcap>(p, work, head, m_block, dk, dv);
+        for (int i = work.walk_begin; i < work.walk_end; ++i) {
+          run_step<kSoftcap>(p, work, head, bwd_walk_block(i), dk, dv);
         }
       }
       // Every product that reads K or V is complete: the producer may load the next tile's.

@@ -107,18 +107,32 @@ struct BwdConsumerOps {
 
   // dQ from registers (split by key columns and by roles, which have no fp32 staging buffer): chunk
   // `chunk` (64 rows x kDqCols, complete in registers) reduce-added into a query block of the accumulator,
-  // whose order (dq_staging_index) is linear in rows and in columns that are multiples of its 8-column
-  // boxes: the thread's address plus a constant per pair. The chunk's boxes are whole (kDqCols is a
+  // or stored where this is the first write into a deterministic copy (`store`: DqTarget::stores). The
+  // accumulator's order (dq_staging_index) is linear in rows and in columns that are multiples of its
+  // 8-column boxes: the thread's address plus a constant per pair. The chunk's boxes are whole (kDqCols is a
   // multiple of the box width), so a chunk known only at run time moves one base address, not each pair's.
-  __device__ __forceinline__ static void add_dq_chunk(float* accum, const DqSlice& dq, int chunk) {
+  __device__ __forceinline__ static void add_dq_chunk(float* accum, const DqSlice& dq, int chunk, bool store) {
     static_assert(kDqCols % cfg().dq_box_cols() == 0, "a dQ chunk is whole boxes");
     float* thread_accum = accum + chunk * (kDqCols / cfg().dq_box_cols()) * cfg().dq_box_floats() +
                           cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
+    if (store) {
+      write_dq_pairs<true>(thread_accum, dq);
+    } else {
+      write_dq_pairs<false>(thread_accum, dq);
+    }
+  }
+  template <bool kStore>
+  __device__ __forceinline__ static void write_dq_pairs(float* thread_accum, const DqSlice& dq) {
 #pragma unroll
     for (int k = 0; k < kDqCols / 8; ++k) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        red_add_f32x2(thread_accum + cfg().dq_staging_index(8 * i, 8 * k), dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        float* pair = thread_accum + cfg().dq_staging_index(8 * i, 8 * k);
+        if constexpr (kStore) {
+          *reinterpret_cast<float2*>(pair) = make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        } else {
+          red_add_f32x2(pair, dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        }
       }
     }
   }

@@ -110,7 +110,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   }
 
   // This warpgroup's dQ chunks of the step (chunk c goes to warpgroup c % 2), each reduce-added into the
-  // accumulator as soon as its product completes. The last wait also completes the step's dV or dK.
+  // accumulator as soon as its product completes (stored, where it is the first write into a deterministic
+  // copy: DqTarget::stores). The last wait also completes the step's dV or dK.
   template <int kRole>
   __device__ __forceinline__ void add_dq(const BwdKernelParams& p, const BwdTileWork& work, const char* ds_tile,
                                          int head, int m_block) const {
@@ -125,7 +126,7 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
       wgmma_commit();
       wgmma_wait<0>();
       pin_registers(dq);
-      Ops::add_dq_chunk(accum, dq, chunk);
+      Ops::add_dq_chunk(accum, dq, chunk, target.stores());
     }
     Ops::release_dq_turn(target);
   }
@@ -167,7 +168,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* k_tile = smem + kCfg.k_offset();
     const char* ds_tile = smem + kCfg.ds_offset(0);
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores s;
@@ -201,7 +203,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* v_tile = smem + kCfg.v_offset();
     char* ds_tile = smem + kCfg.ds_offset(0);
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores dp;

@@ -30,8 +30,9 @@ inline constexpr int kBwdProducerRegisters = 24;
 inline constexpr int kBwdConsumerRegisters = 240;
 
 // The tile hand-out. Each CTA claims its tiles from a global counter (tile_counter), so tiles start in
-// tile_work.cuh's order (longest-first within each head, the heads' Q / dO shared in L2) and the CTAs stay
-// balanced however the tiles' lengths vary (causal, window, varlen). A scheduler thread (warp
+// tile_work.cuh's order (the heads' Q / dO shared in L2; within a head longest-first, or in deterministic
+// mode shortest-first: bwd_key_block_of) and the CTAs stay balanced however the tiles' lengths vary
+// (causal, window, varlen). A scheduler thread (warp
 // kBwdSchedulerWarp) claims and resolves the CTA's tile number i into slot i % 2 once the readers are done
 // with tile i - 2 and the loader has issued tile i - 1's loads (the late claim, bwd_tile_handout.hpp), so
 // the next tile's K / V loads overlap the current tile's last steps; it then arrives on tile_published. Every other role
