@@ -83,9 +83,9 @@ struct RowSoftmax {
     bool wants_rescale = false;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float m = kNegInf;
+      float m = fmaxf(s[2 * i], s[2 * i + 1]);
 #pragma unroll
-      for (int k = 0; k < kColBlocks; ++k) m = fmaxf(m, fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
+      for (int k = 1; k < kColBlocks; ++k) m = fmaxf(m, fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
       tile_max[i] = quad_max(m) * scale_log2;
       wants_rescale |= needs_rescale(max_log2[i], tile_max[i], kLazyRescaleThresholdLog2);
     }
@@ -96,7 +96,8 @@ struct RowSoftmax {
       previous_max[i] = max_log2[i];
       max_log2[i] = rescale ? fmaxf(max_log2[i], tile_max[i]) : max_log2[i];
       const float offset = exponent_offset(max_log2[i]);
-      float row_sum = 0.0f;
+      // -0, not 0: p + -0 is p for every p, so the compiler drops the add; p + 0 turns -0 into +0, so it stays.
+      float row_sum = -0.0f;
 #pragma unroll
       for (int k = 0; k < kColBlocks; ++k) {
         // The first kSoftExp2Eighths of every 8 column blocks go to the FMA polynomial.
