@@ -7,6 +7,7 @@
 // threads of a quad.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "kernels/common/mask.hpp"
@@ -95,7 +96,10 @@ struct RowSoftmax {
     for (int i = 0; i < 2; ++i) {
       previous_max[i] = max_log2[i];
       max_log2[i] = rescale ? fmaxf(max_log2[i], tile_max[i]) : max_log2[i];
-      const float offset = exponent_offset(max_log2[i]);
+      // exponent_offset's guard (a row that has seen only masked scores must not compute -inf - -inf) as one
+      // instruction: the lowest finite float instead of 0 serves the same (2^(-inf - offset) is still 0) and
+      // is a max, not a compare and a select.
+      const float offset = fmaxf(max_log2[i], -FLT_MAX);
       // -0, not 0: p + -0 is p for every p, so the compiler drops the add; p + 0 turns -0 into +0, so it stays.
       float row_sum = -0.0f;
 #pragma unroll
