@@ -59,9 +59,9 @@ struct FwdConsumer {
       named_barrier_arrive(kFwdTurnBarrierBase + (warpgroup + 1) % kWarpgroups, kTurnThreads);
     }
   }
-  // One arrival per warp on an `empty` barrier, after the warp's wgmma wait.
+  // One arrival per warp on an `empty` barrier, after the warp's wgmma wait. That wait is .sync.aligned:
+  // every lane of the warp has passed it when lane 0 arrives, so no __syncwarp (a NOP per release).
   __device__ __forceinline__ static void release(uint64_t* barrier) {
-    __syncwarp();
     if (threadIdx.x % 32 == 0) mbarrier_arrive(barrier);
   }
 
