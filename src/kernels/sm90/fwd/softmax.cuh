@@ -33,6 +33,8 @@ template <int kBlockN, int kSoftExp2Eighths>
 struct RowSoftmax {
   static constexpr int kRegs = kBlockN / 2;   // S floats per thread
   static constexpr int kColBlocks = kBlockN / 8;
+  static constexpr int kMaxChains = 4;  // independent running maxima per row (see step)
+  static_assert(kColBlocks >= kMaxChains, "every chain starts from a column block");
 
   float max_log2[2];  // running (possibly stale) max in log2 units; the exponent offset
   float sum[2];       // this thread's partial row sums (reduced over the quad at the end)
@@ -84,10 +86,21 @@ struct RowSoftmax {
     bool wants_rescale = false;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float m = fmaxf(s[2 * i], s[2 * i + 1]);
+      // kMaxChains running maxima joined at the end, not one: the same comparisons, but a chain of about
+      // kColBlocks / kMaxChains dependent ones between S's arrival and the first exponential.
+      float m[kMaxChains];
 #pragma unroll
-      for (int k = 1; k < kColBlocks; ++k) m = fmaxf(m, fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
-      tile_max[i] = quad_max(m) * scale_log2;
+      for (int c = 0; c < kMaxChains; ++c) m[c] = fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]);
+#pragma unroll
+      for (int k = kMaxChains; k < kColBlocks; ++k) {
+        m[k % kMaxChains] = fmaxf(m[k % kMaxChains], fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
+      }
+#pragma unroll
+      for (int width = 1; width < kMaxChains; width *= 2) {
+#pragma unroll
+        for (int c = 0; c + width < kMaxChains; c += 2 * width) m[c] = fmaxf(m[c], m[c + width]);
+      }
+      tile_max[i] = quad_max(m[0]) * scale_log2;
       wants_rescale |= needs_rescale(max_log2[i], tile_max[i], kLazyRescaleThresholdLog2);
     }
     // Warp-uniform decision: the O multiply is skipped by the whole warp or done by it.
