@@ -138,12 +138,12 @@ struct FwdConsumer {
     }
   }
 
-  // Softcap and mask of key block `block`'s scores. The mask and this thread's row are rebuilt here
-  // rather than kept across the main loop, where registers are scarcest.
+  // Softcap and mask of key block `block`'s scores (`masked`: work.keys.needs_mask(block)). The mask and
+  // this thread's row are rebuilt here rather than kept across the main loop, where registers are scarcest.
   __device__ __forceinline__ void score(float (&s)[kBlockN / 2], const FwdKernelParams& p, const TileWork& work,
-                                        int block) const {
+                                        int block, bool masked) const {
     if (p.has_softcap) Softmax::apply_softcap(s, p.softcap_prescale);
-    if (work.keys.needs_mask(block)) {
+    if (masked) {
       const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
       Softmax::apply_mask(s, mask, work.m0 + row_in_tile(), block * kBlockN);
     }
@@ -175,7 +175,7 @@ struct FwdConsumer {
     wgmma_wait<0>();
     pin_registers(s);
     release(&bars->k_empty[k.stage]);
-    score(s, p, work, block);
+    score(s, p, work, block, work.keys.needs_mask(block));
     softmax.fold_sum(softmax.step(s, p.scale_log2), factor);
     convert_p(s, pfrag);
     ring.advance();
@@ -193,10 +193,12 @@ struct FwdConsumer {
       issue_pv(o, pfrag, desc, v.stage);
       wgmma_commit();
       pass_turn();
+      // Read from the tile slot before the wait for S, so that the load runs under the QK product.
+      const bool masked = work.keys.needs_mask(block);
       wgmma_wait<1>();  // S done; the PV product may still run
       pin_registers(s);
       release(&bars->k_empty[k.stage]);
-      score(s, p, work, block);
+      score(s, p, work, block, masked);
       const bool rescale = softmax.step(s, p.scale_log2);
       // ptxas places the wait for the PV product at the top of its basic block. The exponentials must come
       // first, to run under that product: pinning S keeps the compiler from sinking them to their use in
