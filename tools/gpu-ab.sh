@@ -6,7 +6,8 @@
 # clock and power while each variant ran).
 #   tools/gpu-ab.sh OUT_DIR [fwd|bwd]
 # The variants alternate within each repeat (the second in reverse order), so that they see the GPU in about
-# the same state. FLASH4_AB_PEERS=0 skips the peers.
+# the same state. FLASH4_AB_PEERS=0 skips the peers. FLASH4_AB_BENCH_FLAGS adds flash4-bench flags to every
+# variant's sweep (e.g. --deterministic for the backward's deterministic mode).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 mode=${2:-fwd}
@@ -67,7 +68,8 @@ for d in ${dims//,/ }; do
       build=$FLASH4_AB_BIN_DIR/$variant
       tag="import json,sys; [print(json.dumps(dict(json.loads(l), variant='$variant', repeat=$repeat))) for l in sys.stdin if l.startswith('{')]"
       start_clock_samples
-      LD_LIBRARY_PATH=$build timeout 120 "$build/flash4-bench" --json --all --mode "$mode" --D "$d" --flush-l2 --iters 30 |
+      LD_LIBRARY_PATH=$build timeout 120 "$build/flash4-bench" --json --all --mode "$mode" --D "$d" --flush-l2 --iters 30 \
+        ${FLASH4_AB_BENCH_FLAGS:-} |
         python3 -c "$tag" >>"$out/ab.jsonl"
       stop_clock_samples "$variant D=$d repeat $repeat"
     done

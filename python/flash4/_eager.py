@@ -57,10 +57,10 @@ def attention(call, *inputs, sink=None):
                 out = _Attention.apply(call, sink, *inputs)
                 lse, call.lse = call.lse, None  # the graph keeps `call`: it need not keep the lse too
                 return out, lse
-    return _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(_sink32(sink)))
+    return _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(kernel_sinks(sink)))
 
 
-def _sink32(sink):
+def kernel_sinks(sink):
     """The sink logits as the kernels read them: float32, contiguous (FlashAttention-4 also takes bf16/fp16)."""
     return None if sink is None else sink.detach().to(torch.float32).contiguous()
 
@@ -68,7 +68,7 @@ def _sink32(sink):
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, sink, *inputs):
-        sink32 = _sink32(sink)
+        sink32 = kernel_sinks(sink)
         out, lse = _launch.forward(*call.split(*inputs), call.options, call.varlen, extras=call.extras(sink32))
         ctx.save_for_backward(*inputs, out, lse, sink32)
         ctx.call = call

@@ -13,6 +13,7 @@ on the same stream meanwhile, can be carved from it before the kernels have read
 
 import ctypes
 import struct
+import threading
 from typing import NamedTuple, Optional
 
 import torch
@@ -322,31 +323,46 @@ def _call_on_current_device(lib, direction, params, index, device):
 
 
 # The library's launches initialize what they read of their workspace on the stream (the forward zeroes
-# its tile counter, the backward's preprocess its dQ accumulator rows and counter), so one workspace per
-# (device, stream) can serve every call on that stream, the calls being ordered by it. Kept up to a
-# size: the small calls, whose host time sets their speed, are spared an allocation and a free, and the
-# large ones hold no memory past their call; and for at most _KEPT_WORKSPACES streams. Not under CUDA
-# graph capture: a graph replayed on another stream would share the workspace with the eager calls, so a
-# captured call allocates its own from the graph's pool.
+# its tile counter, the backward's preprocess its dQ accumulator rows and counter), so one workspace can serve
+# every call one thread makes on one (device, stream), the calls being ordered by it. Not one per stream
+# alone: a call enqueues several operations (the forward's memset and kernel; the backward's memset,
+# preprocess, main kernel, postprocess) while the C call runs without the GIL, so two threads calling on
+# one stream (the legacy default stream, say) may interleave them, and one call's memset would then zero the
+# counter or accumulator another call's kernel is using. Kept up to a size: the small calls, whose host time
+# sets their speed, are spared an allocation and a free, and the large ones hold no memory past their call;
+# and for at most _KEPT_WORKSPACES streams per thread. A thread's workspaces are freed when it ends, after
+# it has enqueued its last use of them (freeing is stream-ordered). Not under CUDA graph capture: a graph
+# replayed on another stream would share the workspace with the eager calls, so a captured call allocates
+# its own from the graph's pool.
 _KEPT_WORKSPACE_BYTES = 1 << 22
 _KEPT_WORKSPACES = 64  # streams (torch's pools hold 32 per priority and device; external ones are not pooled)
-_STREAM_WORKSPACES = {}
+
+
+class _ThreadWorkspaces(threading.local):
+    """This thread's kept workspaces by (device index, stream)."""
+
+    def __init__(self):
+        self.by_stream = {}
+
+
+_STREAM_WORKSPACES = _ThreadWorkspaces()
 
 
 def workspace_allocator(index, stream, device, capturing):
-    """allocate(bytes) for call_library: the workspace kept for (index, stream), grown when too small, or a
-    new one while capturing a CUDA graph or above the bound."""
+    """allocate(bytes) for call_library: the calling thread's workspace kept for (index, stream), grown when too
+    small, or a new one while capturing a CUDA graph or above the bound."""
 
     def allocate(size):
         if capturing or size > _KEPT_WORKSPACE_BYTES:
             return torch.empty(size, dtype=torch.uint8, device=device)
+        kept = _STREAM_WORKSPACES.by_stream
         key = (index, stream)
-        workspace = _STREAM_WORKSPACES.get(key)
+        workspace = kept.get(key)
         if workspace is None or workspace.numel() < size:
             workspace = torch.empty(size, dtype=torch.uint8, device=device)
-            if len(_STREAM_WORKSPACES) >= _KEPT_WORKSPACES:
-                _STREAM_WORKSPACES.clear()  # freeing is stream-ordered: no launch loses memory it reads
-            _STREAM_WORKSPACES[key] = workspace
+            if len(kept) >= _KEPT_WORKSPACES:
+                kept.clear()  # freeing is stream-ordered: no launch loses memory it reads
+            kept[key] = workspace
         return workspace
 
     return allocate

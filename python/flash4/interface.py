@@ -89,8 +89,9 @@ def flash_attn_varlen_func(
     raises NotImplementedError (flash4 has no backward through a paged cache), as it does under
     torch.compile, fake tensors and the other modes that need the torch ops. A table entry outside
     [0, num_pages) is never dereferenced: its page reads as zeros (flash4.h). Rows of a sequence's last page
-    past its length are read and masked, so they must hold finite values (a zeroed cache does). With
-    block_table, learnable_sink and seqused_q / seqused_k must be None.
+    past its length are read and masked, so they must hold finite values (a zeroed cache does).
+    learnable_sink and seqused_q / seqused_k combine with block_table as without it (seqused_k counts the
+    sequence's first keys, in its pages).
 
     With max_seqlen_q and max_seqlen_k given, nothing is read back from the device: the offsets are not
     checked on the host and the call never waits for the stream (their consistency is the caller's promise,
@@ -102,11 +103,9 @@ def flash_attn_varlen_func(
     """
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _VARLEN_NEUTRAL)
     if block_table is not None:
-        for name, value in (("learnable_sink", learnable_sink), ("seqused_q", seqused_q), ("seqused_k", seqused_k)):
-            if value is not None:
-                raise NotImplementedError(f"{name} with block_table (a paged KV cache) is not supported; pass None")
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                             window_size, softcap, deterministic, block_table, return_lse)
+                             window_size, softcap, deterministic, block_table, return_lse,
+                             _launch.Extras(learnable_sink, seqused_q, seqused_k))
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.check_sink(learnable_sink, q)
@@ -117,8 +116,9 @@ def flash_attn_varlen_func(
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
-                  softcap, deterministic, block_table, return_lse):
-    """flash_attn_varlen_func on a paged cache: checked here, launched eagerly (forward only)."""
+                  softcap, deterministic, block_table, return_lse, extras):
+    """flash_attn_varlen_func on a paged cache: checked here, launched eagerly (forward only). extras: the
+    learnable sink logits and seqused_q / seqused_k as the caller gave them."""
     if type(return_lse) is not bool:
         _checks.check_flag("return_lse", return_lse)
     _checks.check_paged_qkv(q, k, v, block_table)
@@ -134,13 +134,16 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
             _checks.check_int(name, bound, low=0)
     if max_seqlen_k is not None:
         _check_table_capacity(max_seqlen_k, block_table, k)
+    _checks.check_sink(extras.sink, q)
+    for name, used in (("seqused_q", extras.seqused_q), ("seqused_k", extras.seqused_k)):
+        _checks.check_seqused(name, used, q, cu_seqlens_q.shape[0] - 1)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, extras.sink)):
         raise NotImplementedError(
             "block_table: flash4 has no backward through a paged KV cache (paged caches serve inference); "
             "call it under torch.no_grad() or pass tensors that do not require grad"
         )
-    if not _eager.eager_call(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table):
+    if not _eager.eager_call(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, *(t for t in extras if t is not None)):
         raise NotImplementedError(
             "block_table is supported in eager mode only: not under torch.compile, fake tensors, tensor "
             "subclasses, dispatch modes or functorch transforms"
@@ -149,7 +152,8 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         max_seqlen_q, max_seqlen_k = _paged_bounds(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         _check_table_capacity(max_seqlen_k, block_table, k)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    out, lse = _launch.forward(q, k, v, options, varlen, block_table)
+    extras = extras._replace(sink=_eager.kernel_sinks(extras.sink))
+    out, lse = _launch.forward(q, k, v, options, varlen, block_table, extras)
     return (out, lse) if return_lse else out
 
 

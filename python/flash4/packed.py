@@ -7,7 +7,9 @@
                                                                                          kv (total_k, 2, Hkv, D)
 
 The remaining arguments, the checks and the results are flash_attn_func's / flash_attn_varlen_func's
-(flash4.interface), FlashAttention-2's positional order included. The kernels read the packed tensor in
+(flash4.interface), FlashAttention-2's positional order included, and so are the keyword-only
+learnable_sink and, in the varlen forms, seqused_q / seqused_k (one `seqused` for both sides of the
+self-attention form). The kernels read the packed tensor in
 place (q, k and v are views of it), and in eager mode the gradient of a packed input is written as one packed
 tensor, without the concatenation that autograd would otherwise add.
 """
@@ -18,7 +20,8 @@ from .interface import _NEUTRAL, _VARLEN_NEUTRAL, _reject_unsupported, make_opti
 
 def flash_attn_qkvpacked_func(
     qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-    deterministic=False, return_attn_probs=False, *, return_lse=False, num_heads_q=None, **flash_attn_3_kwargs,
+    deterministic=False, return_attn_probs=False, *, return_lse=False, num_heads_q=None, learnable_sink=None,
+    **flash_attn_3_kwargs,
 ):
     """Self-attention over qkv (B, S, 3, H, D), or FlashAttention-3's (B, S, Hq + 2 Hkv, D) with num_heads_q = Hq
     (GQA). Returns out (B, S, Hq, D), or (out, lse) with return_lse."""
@@ -26,26 +29,29 @@ def flash_attn_qkvpacked_func(
     split = _qkv_split(qkv, num_heads_q, varlen=False)
     q, k, v = split(qkv)
     _checks.check_qkv(q, k, v, varlen=False)
+    _checks.check_sink(learnable_sink, q)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((qkv,), split, options, None, return_lse)
+    return run((qkv,), split, options, None, return_lse, learnable_sink)
 
 
 def flash_attn_kvpacked_func(
     q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-    deterministic=False, return_attn_probs=False, *, return_lse=False, **flash_attn_3_kwargs,
+    deterministic=False, return_attn_probs=False, *, return_lse=False, learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Attention of q (B, Sq, Hq, D) over kv (B, Sk, 2, Hkv, D). Returns out (B, Sq, Hq, D), or (out, lse)."""
     _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, flash_attn_3_kwargs, _NEUTRAL)
     _check_stacked("kv", kv, rank=5, axis=2, count=2)
     k, v = _unbind_kv(q, kv)[1:]
     _checks.check_qkv(q, k, v, varlen=False)
+    _checks.check_sink(learnable_sink, q)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((q, kv), _unbind_kv, options, None, return_lse)
+    return run((q, kv), _unbind_kv, options, None, return_lse, learnable_sink)
 
 
 def flash_attn_varlen_qkvpacked_func(
     qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, return_lse=False, **flash_attn_3_kwargs,
+    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, return_lse=False, seqused=None,
+    learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Self-attention over varlen rows qkv (total, 3, H, D), one cu_seqlens and max_seqlen for both sides.
     Returns out (total, H, D), or (out, lse) with return_lse: lse (H, total)."""
@@ -54,14 +60,16 @@ def flash_attn_varlen_qkvpacked_func(
     q, k, v = split(qkv)
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen)
+    _checks.check_sink(learnable_sink, q)
+    _checks.check_seqused("seqused", seqused, q, cu_seqlens.shape[0] - 1)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((qkv,), split, options, varlen, return_lse)
+    return run((qkv,), split, options, varlen, return_lse, learnable_sink, (seqused, seqused))
 
 
 def flash_attn_varlen_kvpacked_func(
     q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False,
     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-    return_lse=False, **flash_attn_3_kwargs,
+    return_lse=False, seqused_q=None, seqused_k=None, learnable_sink=None, **flash_attn_3_kwargs,
 ):
     """Attention of varlen rows q (total_q, Hq, D) over kv (total_k, 2, Hkv, D). Returns out (total_q, Hq, D), or
     (out, lse) with return_lse: lse (Hq, total_q)."""
@@ -70,8 +78,11 @@ def flash_attn_varlen_kvpacked_func(
     k, v = _unbind_varlen_kv(q, kv)[1:]
     _checks.check_qkv(q, k, v, varlen=True)
     varlen = make_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.check_sink(learnable_sink, q)
+    for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+        _checks.check_seqused(name, used, q, cu_seqlens_q.shape[0] - 1)
     options = make_options(q.shape[-1], softmax_scale, causal, window_size, softcap, deterministic)
-    return run((q, kv), _unbind_varlen_kv, options, varlen, return_lse)
+    return run((q, kv), _unbind_varlen_kv, options, varlen, return_lse, learnable_sink, (seqused_q, seqused_k))
 
 
 def _check_stacked(name, t, rank, axis, count):

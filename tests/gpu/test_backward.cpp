@@ -161,6 +161,13 @@ std::vector<BackwardCase> backward_grid() {
     varlen.heads_kv = 2;
     varlen.deterministic = true;
     cases.push_back(varlen);
+    // More (query head, sequence) pairs than a grid's y dimension holds: the pre- and postprocess stride
+    // over them.
+    BackwardCase many = base;
+    many.batch = 66000;
+    many.seqlen_q = 1;
+    many.seqlen_k = 3;
+    cases.push_back(many);
   }
   return cases;
 }

@@ -280,10 +280,38 @@ def test_offsets_with_empty_sequences_pass():
     (lambda: flash4.flash_attn_varlen_kvpacked_func(t(100, 8, 64), t(90, 2, 64), t(3, dtype=torch.int32),
                                                     t(3, dtype=torch.int32), 60, 50), ValueError,
      r"kv must be 4-D \(total_tokens, 2, heads, head_dim\)"),
+    (lambda: flash4.flash_attn_qkvpacked_func(t(2, 64, 3, 8, 64), learnable_sink=t(3, dtype=torch.float32)),
+     ValueError, r"learnable_sink has shape \(3,\); it must be \(heads_q,\) = \(8,\)"),
+    (lambda: flash4.flash_attn_kvpacked_func(t(2, 64, 8, 64), t(2, 64, 2, 2, 64), learnable_sink=t(8, dtype=torch.int32)),
+     TypeError, "learnable_sink has dtype torch.int32"),
+    (lambda: flash4.flash_attn_varlen_qkvpacked_func(t(100, 3, 8, 64), t(3, dtype=torch.int32), 60,
+                                                     seqused=t(3, dtype=torch.int32)), ValueError,
+     r"seqused must be 1-D with one entry per sequence \(2\)"),
+    (lambda: flash4.flash_attn_varlen_kvpacked_func(t(100, 8, 64), t(90, 2, 2, 64), t(3, dtype=torch.int32),
+                                                    t(3, dtype=torch.int32), 60, 50,
+                                                    seqused_k=t(2, dtype=torch.int64)), TypeError,
+     "seqused_k must have dtype torch.int32"),
+    (lambda: flash4.flash_attn_varlen_kvpacked_func(t(100, 8, 64), t(90, 2, 2, 64), t(3, dtype=torch.int32),
+                                                    t(3, dtype=torch.int32), 60, 50,
+                                                    learnable_sink=t(8, dtype=torch.float32, device="cpu")),
+     ValueError, "learnable_sink is on cpu"),
 ])
 def test_bad_packed_argument(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_packed_forms_take_sinks_and_seqused():
+    sink, used = t(8, dtype=torch.float32), t(2, dtype=torch.int32)
+    cu = t(3, dtype=torch.int32)
+    assert flash4.flash_attn_qkvpacked_func(t(2, 64, 3, 8, 64), learnable_sink=sink).shape == (2, 64, 8, 64)
+    assert flash4.flash_attn_kvpacked_func(t(2, 64, 8, 64), t(2, 32, 2, 2, 64), learnable_sink=sink).shape == \
+        (2, 64, 8, 64)
+    out = flash4.flash_attn_varlen_qkvpacked_func(t(100, 3, 8, 64), cu, 60, seqused=used, learnable_sink=sink)
+    assert out.shape == (100, 8, 64)
+    out = flash4.flash_attn_varlen_kvpacked_func(t(100, 8, 64), t(90, 2, 2, 64), cu, cu, 60, 50, seqused_q=used,
+                                                 seqused_k=used, learnable_sink=sink)
+    assert out.shape == (100, 8, 64)
 
 
 @pytest.mark.parametrize("op, arguments, error, message", [

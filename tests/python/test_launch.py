@@ -7,6 +7,7 @@ import copy
 import gc
 import ctypes
 import pickle
+import threading
 
 import pytest
 import torch
@@ -158,7 +159,7 @@ def test_the_forward_holds_the_packed_copies_it_hands_the_library(launches):
 
 
 def test_small_workspaces_are_kept_per_device_and_stream_and_grow(monkeypatch):
-    monkeypatch.setattr(_launch, "_STREAM_WORKSPACES", {})
+    monkeypatch.setattr(_launch, "_STREAM_WORKSPACES", _launch._ThreadWorkspaces())
     cpu = torch.device("cpu")
     kept = _launch.workspace_allocator(0, STREAM, cpu, capturing=False)
     first = kept(256)
@@ -177,7 +178,21 @@ def test_small_workspaces_are_kept_per_device_and_stream_and_grow(monkeypatch):
     # At most _KEPT_WORKSPACES streams are remembered: streams without end forget the older ones.
     for stream in range(_launch._KEPT_WORKSPACES + 1):
         _launch.workspace_allocator(0, stream, cpu, False)(256)
-    assert len(_launch._STREAM_WORKSPACES) <= _launch._KEPT_WORKSPACES
+    assert len(_launch._STREAM_WORKSPACES.by_stream) <= _launch._KEPT_WORKSPACES
+
+
+def test_threads_calling_on_one_stream_never_share_a_workspace():
+    """Two threads' calls on one stream may interleave their launches (the C call runs without the GIL): one
+    call's memset would zero the tile counter or dQ accumulator the other's kernel is using."""
+    cpu = torch.device("cpu")
+    stream = STREAM + 0x100  # no other test keeps a workspace for it
+    here = _launch.workspace_allocator(0, stream, cpu, capturing=False)(256)
+    there = []
+    thread = threading.Thread(target=lambda: there.append(_launch.workspace_allocator(0, stream, cpu, False)(256)))
+    thread.start()
+    thread.join()
+    assert there[0] is not here
+    assert _launch.workspace_allocator(0, stream, cpu, False)(256) is here  # still kept for this thread
 
 
 def _fresh_bytes(fill, templates):

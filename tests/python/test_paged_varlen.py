@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from flash4 import _launch, flash_attn_varlen_func
+from flash4 import _eager, _launch, flash_attn_varlen_func
 
 BF16 = torch.bfloat16
 OPTIONS = _launch.Options(softmax_scale=0.125, causal=True, window_left=-1, window_right=0, softcap=0.0,
@@ -70,6 +70,44 @@ def test_a_call_that_needs_a_gradient_is_refused(no_launch):
         with torch.no_grad():  # the same call without a gradient gets past that check (and stops at the next)
             with pytest.raises(NotImplementedError, match="eager mode only"):
                 paged_call_with(q=q)
+
+
+@pytest.mark.parametrize(
+    "replace, error, message",
+    [
+        (lambda: {"learnable_sink": t(3, dtype=torch.float32)}, ValueError, r"learnable_sink has shape \(3,\)"),
+        (lambda: {"seqused_q": t(2, dtype=torch.int32)}, ValueError,
+         r"seqused_q must be 1-D with one entry per sequence \(3\)"),
+        (lambda: {"seqused_k": t(3, dtype=torch.int64)}, TypeError, "seqused_k must have dtype torch.int32"),
+        (lambda: {"learnable_sink": t(8, dtype=torch.float32).requires_grad_()}, NotImplementedError,
+         "no backward through a paged KV cache"),
+    ],
+)
+def test_bad_sink_or_seqused_with_a_paged_cache(no_launch, replace, error, message):
+    with FakeTensorMode():
+        with pytest.raises(error, match=message):
+            paged_call_with(**replace())
+
+
+def test_sink_and_seqused_reach_the_launch_with_a_paged_cache(monkeypatch):
+    # The launch sees the sink as the kernels read it (float32, contiguous) and seqused as given, beside the
+    # block table.
+    seen = {}
+
+    def forward(q, k, v, options, varlen, block_table, extras):
+        seen.update(block_table=block_table, extras=extras)
+        return torch.empty_like(q), torch.empty(q.shape[1], q.shape[0], device=q.device)
+
+    monkeypatch.setattr(_launch, "forward", forward)
+    monkeypatch.setattr(_eager, "eager_call", lambda *tensors: True)
+    with FakeTensorMode():
+        sink, used_q, used_k = t(8), t(3, dtype=torch.int32), t(3, dtype=torch.int32)
+        table = t(3, 10, dtype=torch.int32)
+        paged_call_with(block_table=table, learnable_sink=sink, seqused_q=used_q, seqused_k=used_k)
+    assert seen["block_table"] is table
+    extras = seen["extras"]
+    assert extras.sink.dtype == torch.float32 and extras.sink.shape == (8,) and extras.sink.is_contiguous()
+    assert extras.seqused_q is used_q and extras.seqused_k is used_k
 
 
 def test_fake_tensors_are_refused_after_the_argument_checks(no_launch):

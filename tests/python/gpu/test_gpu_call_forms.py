@@ -292,3 +292,67 @@ def test_backward_with_a_sliced_lse_is_exact_every_time(needs_backward, batch, s
         got = torch.ops.flash4.bwd(dout, q, k, v, out, sliced, *options)
         for name, a, b in zip(("dq", "dk", "dv"), got, expected):
             assert torch.equal(a, b), f"{name} differs at repeat {repeat}"
+
+
+# ---------------------------------------------------------------- sinks and seqused in the packed forms
+
+USED_Q, USED_K = [30, 0, 200, 100], [50, 5, 170, 1]  # at most LENGTHS_Q / LENGTHS_K, some rows unused
+PACKED_WITH_EXTRAS = {
+    # name: (packed inputs, split, call(packed inputs, sink), the same call of the unpacked function)
+    "flash_attn_qkvpacked_func": (
+        lambda: [randn(2, 177, 3, 4, 128, requires_grad=True)], lambda qkv: qkv.unbind(2),
+        lambda qkv, sink: flash4.flash_attn_qkvpacked_func(qkv, causal=True, deterministic=True, learnable_sink=sink,
+                                                           return_lse=True),
+        lambda q, k, v, sink: flash4.flash_attn_func(q, k, v, causal=True, deterministic=True, learnable_sink=sink,
+                                                     return_lse=True)),
+    "flash_attn_kvpacked_func": (
+        lambda: list(_fixed((2, 177, 4, 128), (2, 203, 2, 2, 128))), lambda q, kv: (q, *kv.unbind(2)),
+        lambda q, kv, sink: flash4.flash_attn_kvpacked_func(q, kv, causal=True, deterministic=True,
+                                                            learnable_sink=sink, return_lse=True),
+        lambda q, k, v, sink: flash4.flash_attn_func(q, k, v, causal=True, deterministic=True, learnable_sink=sink,
+                                                     return_lse=True)),
+    "flash_attn_varlen_qkvpacked_func": (
+        lambda: [randn(sum(LENGTHS_Q), 3, 4, 128, requires_grad=True)], lambda qkv: qkv.unbind(1),
+        lambda qkv, sink: flash4.flash_attn_varlen_qkvpacked_func(
+            qkv, cu_seqlens(LENGTHS_Q), max(LENGTHS_Q), causal=True, deterministic=True, learnable_sink=sink,
+            seqused=torch.tensor(USED_Q, dtype=torch.int32, device="cuda"), return_lse=True),
+        lambda q, k, v, sink: flash4.flash_attn_varlen_func(
+            q, k, v, cu_seqlens(LENGTHS_Q), cu_seqlens(LENGTHS_Q), max(LENGTHS_Q), max(LENGTHS_Q), causal=True,
+            deterministic=True, learnable_sink=sink, seqused_q=torch.tensor(USED_Q, dtype=torch.int32, device="cuda"),
+            seqused_k=torch.tensor(USED_Q, dtype=torch.int32, device="cuda"), return_lse=True)),
+    "flash_attn_varlen_kvpacked_func": (
+        lambda: [randn(sum(LENGTHS_Q), 4, 128, requires_grad=True),
+                 randn(sum(LENGTHS_K), 2, 2, 128, requires_grad=True)], lambda q, kv: (q, *kv.unbind(1)),
+        lambda q, kv, sink: flash4.flash_attn_varlen_kvpacked_func(
+            q, kv, cu_seqlens(LENGTHS_Q), cu_seqlens(LENGTHS_K), max(LENGTHS_Q), max(LENGTHS_K), causal=True,
+            deterministic=True, learnable_sink=sink, seqused_q=torch.tensor(USED_Q, dtype=torch.int32, device="cuda"),
+            seqused_k=torch.tensor(USED_K, dtype=torch.int32, device="cuda"), return_lse=True),
+        lambda q, k, v, sink: flash4.flash_attn_varlen_func(
+            q, k, v, cu_seqlens(LENGTHS_Q), cu_seqlens(LENGTHS_K), max(LENGTHS_Q), max(LENGTHS_K), causal=True,
+            deterministic=True, learnable_sink=sink, seqused_q=torch.tensor(USED_Q, dtype=torch.int32, device="cuda"),
+            seqused_k=torch.tensor(USED_K, dtype=torch.int32, device="cuda"), return_lse=True)),
+}
+
+
+@pytest.mark.parametrize("form", PACKED_WITH_EXTRAS)
+def test_packed_forms_with_sinks_equal_the_unpacked_call(needs_backward, form):
+    # deterministic=True: both calls launch the same kernels on the same values, so equal bits, sinks'
+    # gradient included (the unpacked function's sinks and seqused are tested against the reference in
+    # test_gpu_sinks_seqused.py). Only rows below seqused_q are compared: the others are left unwritten.
+    make, split, packed_call, unpacked_call = PACKED_WITH_EXTRAS[form]
+    inputs = make()
+    sink = torch.randn(4, device="cuda", requires_grad=True)
+    out, lse = run(packed_call, *inputs, sink)
+    separate = [t.detach().clone().requires_grad_() for t in split(*inputs)]
+    sink_again = sink.detach().clone().requires_grad_()
+    expected_out, expected_lse = run(unpacked_call, *separate, sink_again)
+    if out.dim() == 3:  # varlen: rows past each sequence's seqused_q are not written
+        used = torch.cat([torch.arange(n, device="cuda") < u for n, u in zip(LENGTHS_Q, USED_Q)])
+        out, lse, expected_out, expected_lse = out[used], lse[:, used], expected_out[used], expected_lse[:, used]
+    assert torch.equal(out, expected_out) and torch.equal(lse, expected_lse)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (*inputs, sink), dout)
+    expected = torch.autograd.grad(expected_out, (*separate, sink_again), dout)
+    for got, want in zip(split(*grads[:-1]), expected[:-1]):
+        assert torch.equal(got, want)
+    assert torch.equal(grads[-1], expected[-1]), "dsink"

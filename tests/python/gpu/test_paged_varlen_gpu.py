@@ -76,3 +76,24 @@ def test_a_gradient_through_the_cache_is_refused():
     k_pages, v_pages, table = paged(k.detach(), v.detach(), cu_k, 16)
     with pytest.raises(NotImplementedError, match="no backward through a paged KV cache"):
         flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 4, 20, block_table=table)
+
+
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_sinks_and_seqused_with_a_paged_cache_equal_the_contiguous_call(page_size):
+    # The paged producer delivers the same key blocks as the contiguous one, and sinks and seqused act in the
+    # consumers and the sequence bounds, so the two calls agree bit for bit on the rows seqused_q keeps.
+    torch.manual_seed(page_size)
+    lengths_q, lengths_k = [5, 0, 300, 129], [40, 7, 200, 517]
+    used_q, used_k = [5, 0, 170, 1], [33, 0, 200, 260]
+    q, k, v, cu_q, cu_k = varlen_inputs(lengths_q, lengths_k)
+    k_pages, v_pages, table = paged(k, v, cu_k, page_size)
+    extras = {"learnable_sink": torch.randn(8, device="cuda"),
+              "seqused_q": torch.tensor(used_q, dtype=torch.int32, device="cuda"),
+              "seqused_k": torch.tensor(used_k, dtype=torch.int32, device="cuda")}
+    bounds = (cu_q, cu_k, max(lengths_q), max(lengths_k))
+    out, lse = run(flash_attn_varlen_func, q, k_pages, v_pages, *bounds, causal=True, block_table=table,
+                   return_lse=True, **extras)
+    expected_out, expected_lse = run(flash_attn_varlen_func, q, k, v, *bounds, causal=True, return_lse=True,
+                                     **extras)
+    kept = torch.cat([torch.arange(n, device="cuda") < u for n, u in zip(lengths_q, used_q)])
+    assert torch.equal(out[kept], expected_out[kept]) and torch.equal(lse[:, kept], expected_lse[:, kept])

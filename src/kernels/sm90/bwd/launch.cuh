@@ -17,16 +17,23 @@ template <class Element, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t stream) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
   const dim3 row_block(kRowKernelWarps * 32);
-  const dim3 pre_grid((params.max_seqlen_q + kCfg.block_m + kRowsPerRowKernelCta - 1) / kRowsPerRowKernelCta,
-                      params.heads_q, params.batch);
-  bwd_preprocess_kernel<Element, kHeadDim><<<pre_grid, row_block, 0, stream>>>(params);
-  if (params.sink != nullptr) bwd_sink_grad_kernel<kHeadDim><<<params.heads_q, kSinkGradThreads, 0, stream>>>(params);
+  // Each launch is checked before the next: a kernel must not run on a workspace its predecessor did
+  // not initialize.
+  bwd_preprocess_kernel<Element, kHeadDim>
+      <<<bwd_row_grid(params.max_seqlen_q + kCfg.block_m, params), row_block, 0, stream>>>(params);
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return status;
+  if (params.sink != nullptr) {
+    bwd_sink_grad_kernel<kHeadDim><<<params.heads_q, kSinkGradThreads, 0, stream>>>(params);
+    status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
 
   constexpr auto* kSoftcapKernel = &bwd_kernel<Element, kHeadDim, true>;
   constexpr auto* kPlainKernel = &bwd_kernel<Element, kHeadDim, false>;
   auto* kernel = params.has_softcap ? kSoftcapKernel : kPlainKernel;
-  cudaError_t status = params.has_softcap ? raise_shared_memory_limit<kSoftcapKernel>(kCfg.smem_bytes())
-                                          : raise_shared_memory_limit<kPlainKernel>(kCfg.smem_bytes());
+  status = params.has_softcap ? raise_shared_memory_limit<kSoftcapKernel>(kCfg.smem_bytes())
+                              : raise_shared_memory_limit<kPlainKernel>(kCfg.smem_bytes());
   if (status != cudaSuccess) return status;
   // num_ctas is the persistent grid (bwd_grid_ctas), or one CTA per tile for a kernel that is not
   // persistent.
@@ -38,9 +45,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, int num_ctas, cudaStream_t
   status = cudaLaunchKernelEx(&config, kernel, params);
   if (status != cudaSuccess) return status;
 
-  const dim3 post_grid((params.max_seqlen_q + kRowsPerRowKernelCta - 1) / kRowsPerRowKernelCta, params.heads_q,
-                       params.batch);
-  bwd_postprocess_kernel<Element, kHeadDim><<<post_grid, row_block, 0, stream>>>(params);
+  bwd_postprocess_kernel<Element, kHeadDim>
+      <<<bwd_row_grid(params.max_seqlen_q, params), row_block, 0, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -95,19 +95,31 @@ __device__ __forceinline__ int first_warp_row() {
   return (blockIdx.x * kRowKernelWarps + threadIdx.x / 32) * kRowsPerWarp;
 }
 
-// grid: (ceil((max_seqlen_q + block_m) / kRowsPerRowKernelCta), heads_q, batch). Covers each sequence's
-// rows and its block_m padding rows.
+// The row kernels' grid: x covers a sequence's rows, y and z the (query head, sequence) pairs, y fastest:
+// gridDim.y and z stop at 65535 each, heads_q x batch only at FLASH4_MAX_BLOCKS (validation), which two of
+// them cover.
+inline constexpr int kMaxGridY = 65535;
+inline dim3 bwd_row_grid(int rows, const BwdKernelParams& p) {
+  const int pairs = p.heads_q * p.batch;
+  const int y = pairs < kMaxGridY ? pairs : kMaxGridY;
+  return dim3(unsigned((rows + kRowsPerRowKernelCta - 1) / kRowsPerRowKernelCta), unsigned(y),
+              unsigned((pairs + y - 1) / y));
+}
+template <class Body>
+__device__ __forceinline__ void for_this_head_and_sequence(const BwdKernelParams& p, const Body& body) {
+  const int pair = blockIdx.z * gridDim.y + blockIdx.y;
+  if (pair < p.heads_q * p.batch) body(pair % p.heads_q, pair / p.heads_q);
+}
+
+// Covers each sequence's rows and its block_m padding rows (grid: bwd_row_grid(max_seqlen_q + block_m)).
 template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+__device__ __forceinline__ void preprocess_rows(const BwdKernelParams& p, int head, int batch) {
   constexpr int kPerLane = kHeadDim / 32;
-  const int batch = blockIdx.z;
-  const int head = blockIdx.y;
   const int row0 = first_warp_row();
   const int lane = threadIdx.x % 32;
   const SequenceRows seq = query_rows(p, batch);
   const BwdWorkspaceRows rows = p.workspace_rows();
   const int padded_rows = p.cu_seqlens_q ? seq.seqlen_q + rows.block_m : rows.padded_seqlen();
-  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   if (row0 >= padded_rows) return;
 
   LaneValues<Element, kPerLane> o[kRowsPerWarp];
@@ -155,12 +167,16 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(co
   }
 }
 
-// grid: (ceil(max_seqlen_q / kRowsPerRowKernelCta), heads_q, batch).
 template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+__global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) *p.tile_counter = 0;
+  for_this_head_and_sequence(p, [&](int head, int batch) { preprocess_rows<Element, kHeadDim>(p, head, batch); });
+}
+
+// grid: bwd_row_grid(max_seqlen_q).
+template <class Element, int kHeadDim>
+__device__ __forceinline__ void postprocess_rows(const BwdKernelParams& p, int head, int batch) {
   constexpr int kPerLane = kHeadDim / 32;
-  const int batch = blockIdx.z;
-  const int head = blockIdx.y;
   const int row0 = first_warp_row();
   const int lane = threadIdx.x % 32;
   const SequenceRows seq = query_rows(p, batch);
@@ -208,6 +224,11 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(c
                  lane * kPerLane,
              p.cols - lane * kPerLane);
   }
+}
+
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(kRowKernelWarps * 32) bwd_postprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+  for_this_head_and_sequence(p, [&](int head, int batch) { postprocess_rows<Element, kHeadDim>(p, head, batch); });
 }
 
 }  // namespace flash4::sm90
