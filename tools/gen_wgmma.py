@@ -8,8 +8,9 @@ changing N_SIZES and commit its output (the build does not run it, so no Python 
 import pathlib
 
 # Every N the kernels use: the forward's QK^T tile widths (block_n of the tile table) and PV widths (head
-# dims); the backward's dQ slices (half a head dim per consumer warpgroup: 32, 64).
-N_SIZES = (32, 64, 80, 96, 112, 128, 192, 256)
+# dims); the backward's dQ slices (half a head dim per consumer warpgroup: 32, 64) and, split by key
+# columns, each warpgroup's keys (48).
+N_SIZES = (32, 48, 64, 80, 96, 112, 128, 192, 256)
 DTYPES = {"true": "bf16", "false": "f16"}  # template argument kIsBf16 -> PTX type suffix
 
 

@@ -196,7 +196,7 @@ typedef struct flash4_fwd_params {
   float softcap;       /* 0: off */
 
   /* Varlen: device arrays of batch+1 int32 offsets, both set or both NULL. max_seqlen_* bound every
-   * sequence (used to size the grid and the backward's workspace; lowered to total_q / total_k when larger);
+   * sequence (used to size the grid and the workspaces; lowered to total_q / total_k when larger);
    * seqlen_q/seqlen_k are then ignored.
    * The offsets live on the device, so the library cannot check them: a sequence longer than its
    * max_seqlen, or offsets that are not monotone, give undefined results (the Python front end checks
@@ -297,7 +297,12 @@ FLASH4_API const char* flash4_last_error_message(void);
 
 /* Validate params without launching anything. */
 FLASH4_API flash4_status flash4_fwd_check(const flash4_fwd_params* params);
-/* Device workspace the call needs, in bytes (validates params first). */
+/* Device workspace the call needs, in bytes (validates params first); flash4_fwd refuses a smaller one
+ * (FLASH4_ERROR_INVALID_ARGUMENT) and one not 256-byte aligned (FLASH4_ERROR_MISALIGNED), and initializes what
+ * it reads of it on the stream. 0 when the tiles all cost the same (fixed length, no mask, no seqused); one
+ * 256-byte block (the tile counter) for other fixed-length calls; varlen adds the list of the tiles that
+ * hold query rows, which a small kernel writes on the stream before the forward (the host never reads
+ * cu_seqlens): a few bytes per sequence and per 64 rows of total_q, and per 64 rows of max_seqlen_q. */
 FLASH4_API flash4_status flash4_fwd_workspace_size(const flash4_fwd_params* params, size_t* bytes);
 /* Enqueue the forward on `stream`. Asynchronous: returns once the work is launched. */
 FLASH4_API flash4_status flash4_fwd(const flash4_fwd_params* params, flash4_stream_t stream);

@@ -136,8 +136,8 @@ struct PagedKvArgs {
 // How a Workspace gets device memory: plain function pointers, so that any pool (PyTorch's caching allocator,
 // an arena) can serve it without this header knowing its type.
 struct Allocator {
-  // Returns `bytes` of device memory usable by work on `stream`, or nullptr on failure. The backward
-  // needs it 256-byte aligned (cudaMalloc's alignment; FLASH4_ERROR_MISALIGNED otherwise).
+  // Returns `bytes` of device memory usable by work on `stream`, or nullptr on failure. The forward and
+  // the backward need it 256-byte aligned (cudaMalloc's alignment; FLASH4_ERROR_MISALIGNED otherwise).
   void* (*allocate)(void* context, std::size_t bytes, flash4_stream_t stream) = nullptr;
   // Gives back memory from allocate, once the work already queued on `stream` is done with it.
   void (*deallocate)(void* context, void* pointer, std::size_t bytes, flash4_stream_t stream) = nullptr;

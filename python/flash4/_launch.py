@@ -407,12 +407,12 @@ def _call_on_current_device(lib, direction, params, index, device):
 
 
 # The library's launches initialize what they read of their workspace on the stream (the forward zeroes
-# its tile counter, the backward's preprocess its dQ accumulator rows and counter), so one workspace can serve
-# every call one thread makes on one (device, stream), the calls being ordered by it. Not one per stream
-# alone: a call enqueues several operations (the forward's memset and kernel; the backward's memset,
-# preprocess, main kernel, postprocess) while the C call runs without the GIL, so two threads calling on
-# one stream (the legacy default stream, say) may interleave them, and one call's memset would then zero the
-# counter or accumulator another call's kernel is using. Kept up to a size: the small calls, whose host time
+# its tile counter, and varlen lists its tiles, the backward's preprocess its dQ accumulator rows and
+# counter), so one workspace can serve every call one thread makes on one (device, stream), the calls being
+# ordered by it. Not one per stream alone: a call enqueues several operations (the forward's memset or tile
+# list and its kernel; the backward's memset, preprocess, main kernel, postprocess) while the C call runs
+# without the GIL, so two threads calling on one stream (the legacy default stream, say) may interleave
+# them, and one call's memset would then zero the counter or accumulator another call's kernel is using. Kept up to a size: the small calls, whose host time
 # sets their speed, are spared an allocation and a free, and the large ones hold no memory past their call;
 # and for at most _KEPT_WORKSPACES streams per thread. A thread's workspaces are freed when it ends, after
 # it has enqueued its last use of them (freeing is stream-ordered). Not under CUDA graph capture: a graph

@@ -35,7 +35,8 @@ struct BwdKernelParams {
 
   // Workspace (see BwdWorkspaceRows): per query head, rows_per_head rows.
   // [dq_copies][heads_q][rows_per_head][head_dim], each query block's block_m x head_dim floats in the
-  // staging order (BwdTileConfig::dq_staging_index); the preprocess zeroes the rows the main kernel adds into
+  // staging order (BwdTileConfig::dq_staging_index); outside deterministic mode the preprocess zeroes the rows
+  // the main kernel adds into (in it, each copy's first write stores: bwd_dq_copy_written)
   float* dq_accum;
   float* lse_log2;     // [heads_q][rows_per_head]: LSE * log2(e); +inf on padding and fully masked rows
   float* dsum;         // [heads_q][rows_per_head]: rowsum(dO * O); 0 on padding rows

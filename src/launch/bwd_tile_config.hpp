@@ -1,31 +1,44 @@
 // The backward kernel's tile shape, shared-memory layout and workspace layout. Host (planner, workspace
 // size) and device (kernel) read the same constants.
 //
-// Two ways to share a CTA's work between its two consumer warpgroups, picked by head dim (BwdSplit):
+// Three ways to share a CTA's work between its two consumer warpgroups, picked by head dim (BwdSplit):
 //  - split by keys (D <= 128): the CTA owns block_n = 128 keys; each warpgroup holds the dK and dV
 //    accumulators of its 64 keys (2 x head_dim / 2 registers per thread) and computes S^T, dP^T, dS^T
 //    for them;
-//  - split by roles (D = 192, 256): 64 x head_dim accumulators take head_dim / 2 registers per thread,
+//  - split by key columns (D = 192): the CTA owns block_n = 96 keys, each warpgroup 48 of them as the N of
+//    its products. With the keys as rows (the wgmma M, 64 per warpgroup) dK + dV would take 192 registers
+//    beside S^T and dP^T (32 each): 256, over the 240 a consumer thread has. With the keys as columns a
+//    warpgroup computes S = Q K_w^T and dP = dO V_w^T (64 queries x 48 keys: 24 registers each) and
+//    accumulates dK^T and dV^T (192 x 48: three 64-row tiles, 72 registers each), P^T and dS^T going
+//    through shared memory as the B operand (a product's M must be 64 rows of an operand in shared memory
+//    or registers; P^T dO has the keys as M, dO^T P the head dim). Per thread: dK^T + dV^T 144, S + dP 48,
+//    the step's dQ chunk 32 (after S and dP are dead), LSE / D 4: about 200 with addresses, under 240.
+//    dQ = dS K (64 x 192 over 96 keys) is computed in 64-column chunks (the B operand K is read MN-major,
+//    and a slice starting inside a 128-byte swizzle atom cannot be, so not as two 96-column halves): three
+//    chunks per step, the warpgroups alternating which one takes two; each is reduce-added from
+//    registers (no fp32 staging buffer fits beside two stages, see bwd_tile_config);
+//  - split by roles (D = 256): 64 x head_dim accumulators take head_dim / 2 registers per thread,
 //    so the pair cannot both live in one warpgroup. The CTA owns block_n = 64 keys; warpgroup 0 computes
 //    S^T -> P^T and holds dV, warpgroup 1 computes dP^T -> dS^T and holds dK, P crossing through shared
 //    memory; dQ is split into 64-column chunks between them.
-// Either way the loop runs over query blocks of block_m rows (and, under GQA, over every query head of the
-// group, so dK/dV are summed in registers). block_m is 64, the N of S^T = K Q^T, so that S^T and dP^T take
-// 32 registers each beside dK and dV, except at D = 64: there dK + dV take only 64 registers and block_m =
-// 128 fits. The wider step matters there because each step's fixed latency (the barriers, the dQ hand-off,
-// the wait for the first product) is spread over half as many flops as at D = 128, and because shared
-// memory bandwidth, not the tensor cores, bounds the SS products: m64n64k16 reads 4 KiB of operands per 32
-// tensor cycles, 128 B/cycle, the whole of shared memory's bandwidth, where m64n128k16 reads 96 B/cycle;
-// and dQ is then split between the warpgroups by rows at N = 64 instead of by columns at N = 32 (192
-// B/cycle).
+// Whichever the split, the loop runs over query blocks of block_m rows (and, under GQA, over every query
+// head of the group, so dK/dV are summed in registers). block_m is 64, the N of S^T = K Q^T (the M of S = Q
+// K^T split by key columns), so that S^T and dP^T take 32 registers each (S and dP 24 split by key columns)
+// beside dK and dV, except at D = 64: there dK + dV take only 64 registers and block_m = 128 fits. The
+// wider step matters there because each step's fixed latency (the barriers, the dQ hand-off, the wait for
+// the first product) is spread over half as many flops as at D = 128, and because shared memory bandwidth,
+// not the tensor cores, bounds the SS products: m64n64k16 reads 4 KiB of operands per 32 tensor cycles, 128
+// B/cycle, the whole of shared memory's bandwidth, where m64n128k16 reads 96 B/cycle; and dQ is then split
+// between the warpgroups by rows at N = 64 instead of by columns at N = 32 (192 B/cycle).
 #pragma once
 
 #include "kernels/common/host_device.hpp"
+#include "kernels/common/mask.hpp"
 #include "launch/fwd_tile_config.hpp"
 
 namespace flash4 {
 
-enum class BwdSplit { kKeys, kRoles };
+enum class BwdSplit { kKeys, kKeyColumns, kRoles };
 
 inline constexpr int kDqBoxBytes = 32;  // row width of a dQ staging box: one L2 sector
 // The end of the backward's shared memory: its mbarriers and each role's copy of its current tile's work
@@ -36,7 +49,8 @@ struct BwdTileConfig {
   int head_dim;
   BwdSplit split = BwdSplit::kKeys;
   int block_m = 64;   // query rows per step: the N of S^T = K Q^T (see above)
-  int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M) when split by keys
+  int block_n = 128;  // keys per CTA: 64 per consumer warpgroup (the wgmma M) when split by keys, 48 (the N)
+                      // when split by key columns
   int stages = 2;     // Q / dO / LSE / D stages in flight
   int consumer_warpgroups = 2;
   // 128-byte swizzle: a 64-column box of a 16-bit tile is exactly one swizzle row.
@@ -48,12 +62,14 @@ struct BwdTileConfig {
   // head_dim never read them, dQ's second half multiplies them (zero) and is not staged.
   FLASH4_HD constexpr int tile_cols() const { return (head_dim + box_cols() - 1) / box_cols() * box_cols(); }
   FLASH4_HD constexpr int col_blocks() const { return tile_cols() / box_cols(); }
-  FLASH4_HD constexpr int keys_per_warpgroup() const { return split == BwdSplit::kKeys ? block_n / consumer_warpgroups : block_n; }
+  FLASH4_HD constexpr int keys_per_warpgroup() const {
+    return split == BwdSplit::kRoles ? block_n : block_n / consumer_warpgroups;
+  }
   // 64-query boxes of a block: a dS^T row (block_m queries) spans this many swizzle rows.
   FLASH4_HD constexpr int query_boxes() const { return block_m / box_cols(); }
   // Split by keys, dQ = dS K (block_m x tile_cols, over all block_n keys) is cut into one 64-row (the wgmma
   // M) by dq_cols_per_warpgroup() slice per warpgroup: by rows when block_m = 128, else by columns. Split
-  // by roles, the warpgroups take turns over 64-column chunks of the block's 64 rows.
+  // by key columns or roles, the warpgroups take turns over 64-column chunks of the block's 64 rows.
   FLASH4_HD constexpr int dq_row_slices() const { return split == BwdSplit::kKeys ? query_boxes() : 1; }
   FLASH4_HD constexpr int dq_cols_per_warpgroup() const {
     return split == BwdSplit::kKeys ? tile_cols() * dq_row_slices() / consumer_warpgroups : box_cols();
@@ -69,15 +85,19 @@ struct BwdTileConfig {
   FLASH4_HD constexpr int stage_bytes() const { return 2 * q_bytes() + 2 * row_stat_bytes(); }  // TMA bytes
   FLASH4_HD constexpr int stage_stride() const { return round_up_to_alignment(stage_bytes()); }
   FLASH4_HD constexpr int ds_bytes() const { return block_n * block_m * kElementBytes; }
-  // Split by keys, two dS^T buffers alternate with the stages: a warpgroup may store step t + 1's dS^T
-  // while the other one's dQ product of step t still reads step t's. Split by roles one suffices (the
-  // warpgroups' barriers order every write after the previous step's reads).
-  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kKeys ? 2 : 1; }
-  // Split by roles: P (fp32, in warpgroup 0's accumulator order) handed to warpgroup 1 for dS.
+  // Split by keys or key columns, two dS^T buffers alternate with the stages: a warpgroup may store step
+  // t + 1's dS^T while the other one's dQ product of step t still reads step t's. Split by roles one
+  // suffices (the warpgroups' barriers order every write after the previous step's reads).
+  FLASH4_HD constexpr int ds_buffers() const { return split == BwdSplit::kRoles ? 1 : 2; }
+  // Split by roles: P (fp32, in warpgroup 0's accumulator order) handed to warpgroup 1 for dS. Split by key
+  // columns: P^T (16-bit, laid out as dS^T), each warpgroup's rows the B operand of its own dV^T product
+  // only, so one buffer (a warpgroup writes its rows again only after its dV^T product has completed).
   FLASH4_HD constexpr int probs_bytes() const {
-    return split == BwdSplit::kRoles ? block_n * block_m * int(sizeof(float)) : 0;
+    return split == BwdSplit::kRoles        ? block_n * block_m * int(sizeof(float))
+           : split == BwdSplit::kKeyColumns ? ds_bytes()
+                                            : 0;
   }
-  // fp32 dQ staging (split by keys only: split by roles, dQ is reduce-added from registers): the block_m x
+  // fp32 dQ staging (split by keys only: otherwise dQ is reduce-added from registers): the block_m x
   // head_dim partial as boxes of 8 columns, 32 bytes (one L2 sector) per row, unswizzled. A warp's float2
   // stores (8 consecutive rows x 4 lanes) then cover 256 contiguous bytes, the minimum two wavefronts, and
   // each thread's 16 addresses are one base plus constants (a 128-byte swizzle would XOR a different
@@ -122,12 +142,11 @@ struct BwdTileConfig {
 };
 
 // Deterministic mode: the dQ accumulator is split into copies that the postprocess sums in a fixed
-// order; key block n adds into copy n % copies, in turn after the lower key blocks of the same copy. The
-// turns form a chain per (query block, copy), and each link costs the latency of an add landing plus a
-// release / acquire: a key block's first add waits for every lower block of its copy, so with one copy
-// the last of 128 key blocks starts about 128 of those latencies late, and under causal masking, where
-// that block has the fewest steps, its SM idles that long. Four copies cut the chains, and that idle
-// time, by four, for four times the accumulator's memory (and its zeroing and reads in the postprocess).
+// order; key block n adds into copy n % copies, in turn with the other key blocks of that copy. The turns
+// form a chain per (query block, copy), and each link costs the latency of an add landing plus a release /
+// acquire whenever the key block next in turn reaches the query block no later than its predecessor. Four
+// copies cut the chains by four, for four times the accumulator's memory (and its reads in the
+// postprocess).
 inline constexpr int kBwdDeterministicDqCopies = 4;
 
 // The copies a backward uses: one unless deterministic, and no more than it has key blocks.
@@ -136,15 +155,58 @@ FLASH4_HD constexpr int bwd_dq_copies(bool deterministic, int n_blocks) {
   return n_blocks < kBwdDeterministicDqCopies ? n_blocks : kBwdDeterministicDqCopies;
 }
 
+// The order of the work, which the dQ turns are built around. Outside deterministic mode the tiles of a
+// (sequence, kv head) start from key block 0, the longest under bottom-right causal masking, and each walks
+// its query blocks from the last down: the key blocks of a head running at once then share the query block
+// they work on (its Q / dO tiles stay in L2) and the longest tiles do not trail at the end.
+// In deterministic mode the tiles of a head start from the highest key block (shortest first), each walks
+// its query blocks upward from its first, and the adds into a copy of a query block go from the highest key
+// block down. Under a causal mask (a bounded right edge) a tile then reaches each query block it shares
+// with a lower key block, whose first query block comes earlier, before that block does when both start
+// together, so its turn has passed before the successor arrives: those links cost no waits. Key blocks with
+// the same first query block (no mask, or an unbounded right edge) still reach each block together, and
+// each link waits for one landing. The opposite order, longest first with the downward walk, has every key
+// block of a causal head reach a query block at the same step, and under GQA the lower key blocks, which
+// have more steps per query head, fall further behind the ones waiting for them with every head.
+FLASH4_HD constexpr int bwd_key_block_of(int index_in_head, int n_blocks, bool deterministic) {
+  return deterministic ? n_blocks - 1 - index_in_head : index_in_head;
+}
+// A tile's walk over the query blocks of each query head, as a signed range [walk_begin, walk_end) counted
+// up: the query block at index i is |i|, and the walk down runs over negated blocks. Both directions then
+// cost a loop the two registers of a plain one (a block, a step count and a stride spilled where registers
+// are tightest).
+FLASH4_HD constexpr int bwd_walk_begin(const QueryBlockRange& queries, bool deterministic) {
+  return deterministic ? queries.begin : 1 - queries.end;
+}
+FLASH4_HD constexpr int bwd_walk_end(const QueryBlockRange& queries, bool deterministic) {
+  return deterministic ? queries.end : 1 - queries.begin;
+}
+FLASH4_HD constexpr int bwd_walk_block(int index) { return index < 0 ? -index : index; }
+
 // The copy key block n_block adds into, and its turn among that copy's contributors to a query block whose
-// first contributing key block is first_block. The contributors of copy c are the key blocks
-// n >= first_block with n % copies == c; the lowest is less than `copies` above first_block.
+// contributing key blocks end (exclusive) at contributors_end: the contributors of copy c are the key blocks
+// below it with n % copies == c, taking their turns from the highest down; the highest is less than
+// `copies` below contributors_end. Every contributor's turns are those of tiles claimed before it (lower
+// tile indices): running CTAs claim tiles in increasing order and run their claims in order, so the lowest
+// unfinished tile always runs and waits on none, and the turns cannot deadlock whether or not every CTA of
+// the grid is resident.
 struct BwdDqOrder {
   int copy;
   int turn;
 };
-FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int first_block, int copies) {
-  return BwdDqOrder{n_block % copies, (n_block - first_block) / copies};
+FLASH4_HD constexpr BwdDqOrder bwd_dq_order(int n_block, int contributors_end, int copies) {
+  return BwdDqOrder{n_block % copies, (contributors_end - 1 - n_block) / copies};
+}
+
+// Whether copy `copy` of a query block's accumulator has a contributor among the key blocks [begin, end):
+// one with n % copies == copy. In deterministic mode nothing zeroes the copies: the contributor whose turn
+// is 0 stores its partial and the later ones add to it, so the postprocess sums only the copies with a
+// contributor (none: dQ is 0). Zeroing every copy cost as many bytes as the postprocess reads, at every
+// length.
+FLASH4_HD constexpr bool bwd_dq_copy_written(int copy, int begin, int end, int copies) {
+  if (end <= begin) return false;
+  const int first = begin + ((copy - begin % copies) % copies + copies) % copies;  // lowest n >= begin in copy
+  return first < end;
 }
 
 // Head dims with a backward kernel: every head dim the forward has.
@@ -153,12 +215,21 @@ FLASH4_HD constexpr bool bwd_supports_head_dim(int head_dim) {
 }
 
 // Split by keys while the dK + dV accumulators of 64 keys (head_dim registers per thread) leave room for
-// S^T, dP^T and the dQ slice: up to 128. Above, split by roles over 64 keys: at 256, K + V (64 KiB), two
-// stages of Q + dO (130 KiB), dS^T (8 KiB) and P (16 KiB) take 218 KiB.
+// S^T, dP^T and the dQ slice: up to 128.
+// At 192 split by key columns over 96 keys (the top of this file has the registers). Shared memory: K + V
+// 72 KiB, two stages of Q + dO + LSE + D 98 KiB, two dS^T buffers 24 KiB, P^T 12 KiB: 206 KiB of the 227.
+// A fp32 dQ staging buffer (48 KiB) does not fit beside them, so dQ is reduce-added from registers; 96 is
+// the widest key block whose K + V leave room for two stages (128 would take 96 KiB). Wider key blocks
+// halve the Q / dO loads and dQ adds per key against 64.
+// At 256 split by roles over 64 keys: K + V (64 KiB), two stages of Q + dO (130 KiB), dS^T (8 KiB) and P
+// (16 KiB) take 218 KiB; by key columns, dK^T + dV^T of 48 keys would take 192 registers.
 FLASH4_HD constexpr BwdTileConfig bwd_tile_config(int head_dim) {
   BwdTileConfig cfg{};
   cfg.head_dim = head_dim;
-  if (head_dim > 128) {
+  if (head_dim > 128 && head_dim <= 192) {
+    cfg.split = BwdSplit::kKeyColumns;
+    cfg.block_n = 96;
+  } else if (head_dim > 192) {
     cfg.split = BwdSplit::kRoles;
     cfg.block_n = 64;
   }

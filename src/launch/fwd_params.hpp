@@ -8,6 +8,7 @@
 
 #include "kernels/common/mask.hpp"
 #include "kernels/common/tile_order.hpp"
+#include "kernels/common/varlen_tiles.hpp"
 #include "launch/tensor_strides.hpp"
 
 namespace flash4 {
@@ -48,9 +49,14 @@ struct FwdKernelParams {
 
   TileOrder order;  // persistent tile walk (m-blocks sized by the tile table)
   int num_tiles;    // order.num_tiles(), read by every claim: a parameter reloads where a product would spill
+  // Varlen: the compact tile space the prepare kernel lists in the workspace (varlen_tiles.hpp): claimed
+  // index i is a tile of unit i / heads_q, and *varlen_num_tiles replaces num_tiles. Null: `order`.
+  const VarlenUnit* varlen_units;
+  const int* varlen_num_tiles;
   // Dynamic scheduling: a CTA's first tile is blockIdx.x and every later one is gridDim.x plus a claim
-  // from this counter, which the host zeroes before the launch. Null: each CTA strides through the order
-  // by gridDim.x (tiles of equal cost, where a static walk is as balanced and needs no counter).
+  // from this counter, which the host (varlen: the prepare kernel) zeroes before the launch. Null: each CTA
+  // strides through the order by gridDim.x (tiles of equal cost, where a static walk is as balanced and
+  // needs no counter).
   int* tile_counter;
 
   // Paged K/V (null block_table: not paged). tma_k / tma_v then map the cache as (head_dim, page_size,

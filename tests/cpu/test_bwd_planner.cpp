@@ -205,10 +205,11 @@ TEST(BwdPlanner, EveryForwardHeadDimHasABackward) {
   for (int d : {0, 32, 80, 112, 160, 512}) EXPECT_FALSE(bwd_supports_head_dim(d)) << d;
 }
 
-// Up to 128 the warpgroups split the keys (128 per CTA); above, the roles (64 keys per CTA, so twice the
-// CTAs); D = 96 pads its tiles to two whole 64-column boxes. At D = 64 a step is 128 query rows and the
-// warpgroups split dQ by rows (64 each, every column); at 96 and 128, 64 rows split by columns.
-TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
+// Up to 128 the warpgroups split the keys (128 per CTA); at 192 the key columns (96 per CTA, 48 per
+// warpgroup); at 256 the roles (64 keys per CTA, so twice the CTAs); D = 96 pads its tiles to two whole
+// 64-column boxes. At D = 64 a step is 128 query rows and the warpgroups split dQ by rows (64 each, every
+// column); at 96 and 128, 64 rows split by columns.
+TEST(BwdPlanner, WideHeadDimsSplitByKeyColumnsOrRoles) {
   for (int d : {64, 96, 128}) {
     const BwdTileConfig tile = bwd_tile_config(d);
     EXPECT_EQ(tile.split, BwdSplit::kKeys) << d;
@@ -225,21 +226,49 @@ TEST(BwdPlanner, WideHeadDimsSplitByRolesOver64Keys) {
   }
   EXPECT_EQ(bwd_tile_config(96).tile_cols(), 128);
   EXPECT_EQ(bwd_tile_config(96).q_bytes(), 64 * 128 * 2);
-  for (int d : {192, 256}) {
-    const BwdTileConfig tile = bwd_tile_config(d);
-    EXPECT_EQ(tile.split, BwdSplit::kRoles) << d;
-    EXPECT_EQ(tile.block_n, 64) << d;
-    EXPECT_EQ(tile.tile_cols(), d) << d;
-    EXPECT_EQ(tile.dq_chunks(), d / 64) << d;
-    EXPECT_EQ(tile.dq_buffer_bytes(), 0) << d;
-    EXPECT_EQ(tile.probs_bytes(), 64 * 64 * 4) << d;
-    EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax) << d;
-    EXPECT_GE(tile.probs_offset(), tile.ds_offset(0) + tile.ds_bytes()) << d;
-    EXPECT_GE(tile.barrier_offset(), tile.probs_offset() + tile.probs_bytes()) << d;
+  {
+    // 192: 48 keys per warpgroup (the wgmma N of S, dP, dK^T, dV^T), the key rows of a warpgroup starting on
+    // an 8-row swizzle atom of K, V, P^T and dS^T; dQ in three box-wide chunks; P^T (16-bit) laid out as
+    // dS^T, two dS^T buffers following the two stages; no dQ staging.
+    const BwdTileConfig tile = bwd_tile_config(192);
+    EXPECT_EQ(tile.split, BwdSplit::kKeyColumns);
+    EXPECT_EQ(tile.block_n, 96);
+    EXPECT_EQ(tile.block_m, 64);
+    EXPECT_EQ(tile.keys_per_warpgroup(), 48);
+    EXPECT_EQ(tile.keys_per_warpgroup() % 8, 0);
+    EXPECT_EQ(tile.tile_cols(), 192);
+    EXPECT_EQ(tile.dq_cols_per_warpgroup(), 64);
+    EXPECT_EQ(tile.dq_chunks(), 3);
+    EXPECT_EQ(tile.dq_buffer_bytes(), 0);
+    EXPECT_EQ(tile.ds_buffers(), tile.stages);
+    EXPECT_EQ(tile.probs_bytes(), tile.ds_bytes());
+    EXPECT_EQ(tile.ds_bytes(), 96 * 64 * 2);
+    EXPECT_EQ(tile.probs_offset() % 1024, 0);
+    EXPECT_EQ(tile.ds_offset(1) % 1024, 0);
+    EXPECT_GE(tile.probs_offset(), tile.ds_offset(1) + tile.ds_bytes());
+    EXPECT_GE(tile.barrier_offset(), tile.probs_offset() + tile.probs_bytes());
+    EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax);
+    // A fp32 dQ staging buffer would not fit beside the rest.
+    EXPECT_GT(tile.smem_bytes() + tile.block_m * 192 * 4, kSmemBytesPerBlockMax);
+  }
+  {
+    const BwdTileConfig tile = bwd_tile_config(256);
+    EXPECT_EQ(tile.split, BwdSplit::kRoles);
+    EXPECT_EQ(tile.block_n, 64);
+    EXPECT_EQ(tile.tile_cols(), 256);
+    EXPECT_EQ(tile.dq_chunks(), 4);
+    EXPECT_EQ(tile.dq_buffer_bytes(), 0);
+    EXPECT_EQ(tile.probs_bytes(), 64 * 64 * 4);
+    EXPECT_LE(tile.smem_bytes(), kSmemBytesPerBlockMax);
+    EXPECT_GE(tile.probs_offset(), tile.ds_offset(0) + tile.ds_bytes());
+    EXPECT_GE(tile.barrier_offset(), tile.probs_offset() + tile.probs_bytes());
   }
   const BwdPlan plan = plan_backward(fixed_length(2, 100, 1000, 4, 4, 256));
   EXPECT_EQ(plan.n_blocks_max, 16);  // ceil(1000 / 64)
   EXPECT_EQ(plan.num_tiles, 16 * 2 * 4);
+  const BwdPlan plan192 = plan_backward(fixed_length(2, 100, 1000, 4, 4, 192));
+  EXPECT_EQ(plan192.n_blocks_max, 11);  // ceil(1000 / 96)
+  EXPECT_EQ(plan192.num_tiles, 11 * 2 * 4);
 }
 
 // The dQ staging order is also the accumulator's order within each query block (the writer adds a staged

@@ -109,6 +109,33 @@ TEST(FwdWorkspace, SizedForTheTileCounterOnlyWhenClaimedDynamically) {
   }
 }
 
+// Varlen adds the tile list to the counter's block, sized from batch, max_seqlen_q and total_q (canonical:
+// a max_seqlen_q above total_q sizes as total_q), and a varlen forward given only the counter's block is
+// refused before any launch.
+TEST(FwdWorkspace, VarlenHoldsTheTileList) {
+  flash4_fwd_params p = problem(128, 1000, false);
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(std::uintptr_t{5} << 32);
+  p.cu_seqlens_k = reinterpret_cast<const int32_t*>(std::uintptr_t{6} << 32);
+  p.max_seqlen_q = p.max_seqlen_k = 1000;
+  p.total_q = p.total_k = 2000;
+  std::size_t bytes = 0;
+  ASSERT_EQ(flash4_fwd_workspace_size(&p, &bytes), FLASH4_SUCCESS) << flash4_last_error_message();
+  EXPECT_EQ(bytes, varlen_workspace(p).bytes);
+  EXPECT_GT(bytes, kFwdWorkspaceBytes);
+  p.max_seqlen_q = 5000;
+  std::size_t loose = 0;
+  ASSERT_EQ(flash4_fwd_workspace_size(&p, &loose), FLASH4_SUCCESS) << flash4_last_error_message();
+  p.max_seqlen_q = p.total_q;
+  EXPECT_EQ(loose, varlen_workspace(p).bytes);
+
+  if (flash4_fwd(&p, nullptr) == FLASH4_ERROR_NO_KERNEL) GTEST_SKIP() << "this build has no bf16 D = 128 forward";
+  p.workspace = reinterpret_cast<void*>(std::uintptr_t{7} << 32);
+  p.workspace_bytes = kFwdWorkspaceBytes;
+  EXPECT_EQ(flash4_fwd(&p, nullptr), FLASH4_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash4_last_error_message()).find("workspace"), std::string::npos)
+      << flash4_last_error_message();
+}
+
 // A causal forward without its workspace, with too little of it, or misaligned, is refused with a message
 // naming the workspace, before any CUDA call (so on a machine without a GPU too).
 TEST(FwdWorkspace, MissingSmallOrMisalignedIsRefusedBeforeAnyLaunch) {

@@ -107,6 +107,25 @@ PagedCache make_paged_cache(const ForwardCase& c, const ref::Problem& problem, r
   return cache;
 }
 
+// Rows past seqused_q (flash4.h: left untouched) must still hold their poison, a NaN, in o and lse; they
+// are then set to the reference's 0, so that the tolerance rule compares the used rows only.
+::testing::AssertionResult take_unused_rows(const ref::Problem& p, std::vector<float>& o, std::vector<float>& lse) {
+  for (int b = 0; b < p.batch; ++b) {
+    for (int i = p.seq_q(b); i < p.span_q(b); ++i) {
+      for (int h = 0; h < p.heads_q; ++h) {
+        float* const row = &o[p.o_index(b, i, h)];
+        float& l = lse[p.lse_index(b, h, i)];
+        if (!std::all_of(row, row + p.dim_v(), [](float x) { return std::isnan(x); }) || !std::isnan(l)) {
+          return ::testing::AssertionFailure() << "unused row " << i << " of sequence " << b << " was written";
+        }
+        std::fill(row, row + p.dim_v(), 0.0f);
+        l = 0.0f;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // `bits` between two guard regions of NaN.
 std::vector<uint16_t> with_guards(const std::vector<uint16_t>& bits) {
   std::vector<uint16_t> all(bits.size() + 2 * kGuardElements, kPoison16);
@@ -121,7 +140,9 @@ std::string ForwardCase::name() const {
   s << (dtype == FLASH4_DTYPE_BF16 ? "bf16" : "fp16") << "_d" << head_dim << "_b" << batch << "_sq" << seqlen_q
     << "_sk" << seqlen_k << "_h" << heads_q << "x" << heads_kv << (causal ? "_causal" : "")
     << (window_left >= 0 || window_right >= 0 ? "_win" + std::to_string(window_left) + "," + std::to_string(window_right) : "")
-    << (softcap > 0 ? "_softcap" : "") << (varlen_q.empty() ? "" : "_varlen") << (packed_qkv ? "_packed" : "");
+    << (softcap > 0 ? "_softcap" : "") << (varlen_q.empty() ? "" : "_varlen")
+    << (varlen_max_q > 0 ? "_maxq" + std::to_string(varlen_max_q) : "") << (seqused_q.empty() ? "" : "_usedq")
+    << (seqused_k.empty() ? "" : "_usedk") << (packed_qkv ? "_packed" : "");
   if (page_size > 0) s << "_page" << page_size << (shuffle_pages ? "_shuffled" : "") << (bad_page ? "_badpage" : "");
   return s.str();
 }
@@ -149,6 +170,8 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
       problem.cu_seqlens_k.push_back(problem.cu_seqlens_k.back() + c.varlen_k[b]);
     }
   }
+  problem.seqused_q = c.seqused_q;
+  problem.seqused_k = c.seqused_k;
   ref::Inputs in = ref::random_inputs(problem, precision);
   std::optional<PagedCache> paged;
   if (c.page_size > 0) {
@@ -248,13 +271,21 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
     cudaMemcpy(cu_k.ptr, problem.cu_seqlens_k.data(), problem.cu_seqlens_k.size() * 4, cudaMemcpyHostToDevice);
     p.cu_seqlens_q = cu_q.as<int32_t>();
     p.cu_seqlens_k = cu_k.as<int32_t>();
-    p.max_seqlen_q = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
+    p.max_seqlen_q = std::max(c.varlen_max_q, *std::max_element(c.varlen_q.begin(), c.varlen_q.end()));
     p.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
     p.total_q = int(rows_q);
     p.total_k = int(rows_k);
   }
 
-  // The workspace (the dynamic scheduler's tile counter) is poisoned: the contract does not promise zeros.
+  DeviceBuffer used_q(c.seqused_q.size() * 4 + 4), used_k(c.seqused_k.size() * 4 + 4);
+  for (const auto& [buffer, used, field] : {std::tuple{&used_q, &c.seqused_q, &p.seqused_q},
+                                            std::tuple{&used_k, &c.seqused_k, &p.seqused_k}}) {
+    if (used->empty()) continue;
+    cudaMemcpy(buffer->ptr, used->data(), used->size() * 4, cudaMemcpyHostToDevice);
+    *field = buffer->as<int32_t>();
+  }
+
+  // The workspace (the tile counter; varlen: the tile list) is poisoned: the contract does not promise zeros.
   std::size_t workspace_bytes = 0;
   if (flash4_fwd_workspace_size(&p, &workspace_bytes) != FLASH4_SUCCESS) {
     outcome.o = ::testing::AssertionFailure() << "flash4_fwd_workspace_size: " << flash4_last_error_message();
@@ -295,6 +326,7 @@ ForwardOutcome run_forward_case(const ForwardCase& c) {
   std::vector<float> o(o_count), lse(lse_count);
   for (std::size_t i = 0; i < o_count; ++i) o[i] = ref::from_bits(precision, o_all[kGuardElements + i]);
   std::memcpy(lse.data(), &lse_all[kGuardElements], lse_count * 4);
+  if (!c.seqused_q.empty() && outcome.guards) outcome.guards = take_unused_rows(problem, o, lse);
   const double floor = c.dtype == FLASH4_DTYPE_BF16 ? kBf16NoiseFloor : kFp16NoiseFloor;
   outcome.o = within_tolerance("O", compare(o, exact.o), compare(naive.o, exact.o), floor);
   outcome.lse = within_tolerance("LSE", compare(lse, exact.lse), compare(naive.lse, exact.lse), floor);

@@ -1,6 +1,7 @@
 // One forward test case run end to end on the GPU: random inputs, a poisoned output with guard regions,
 // flash4_fwd through the C ABI, then O and LSE against the fp64 reference with the tolerance rule. Paged
-// cases scatter k / v into a paged cache and compare against the reference on the gathered cache.
+// cases scatter k / v into a paged cache and compare against the reference on the gathered cache. With
+// seqused, the unused rows must keep their poison and the used ones are compared.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@ namespace flash4::test {
 struct ForwardCase {
   flash4_dtype dtype = FLASH4_DTYPE_BF16;
   int head_dim = 128;
-  int batch = 1;
+  int batch = 1;  // fixed length (varlen: the sequences of varlen_q; batch only names the case)
   int seqlen_q = 128;
   int seqlen_k = 128;
   int heads_q = 2;
@@ -28,6 +29,11 @@ struct ForwardCase {
   float softcap = 0.0f;
   std::vector<int> varlen_q = {};  // per-sequence lengths; empty: fixed length
   std::vector<int> varlen_k = {};
+  int varlen_max_q = 0;  // > 0: the max_seqlen_q passed, a looser bound than the longest sequence
+  // Rows each sequence uses (flash4_fwd_params.seqused_q / seqused_k); empty: all of them. Unused rows of o
+  // and lse must keep their poison.
+  std::vector<int> seqused_q = {};
+  std::vector<int> seqused_k = {};
   bool packed_qkv = false;  // q/k/v as strided views of one (B, S, 3, H, D) buffer
   // > 0: k/v live in a paged cache of pages of this many rows (flash4_fwd_params.block_table), with spare
   // pages, junk in every row no sequence uses, NaN guard regions around it, and junk table entries past

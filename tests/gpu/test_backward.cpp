@@ -7,7 +7,7 @@
 //
 // The cost is the CPU reference (fp64 and naive, forward and backward: about 14 x B x Hq x visible(Sq x Sk) x D
 // multiply-adds a case, 15-20 ns per visible pair x D on a shared 2-core machine), so every kernel gets the small
-// grid and only the main configuration (bf16, D = 128) the long sequences: about 250 CPU-seconds for the 376
+// grid and only the main configuration (bf16, D = 128) the long sequences: about 250 CPU-seconds for the 400
 // cases of a full build, the longest case (4224 x 4224 causal) under 20 s.
 #include <gtest/gtest.h>
 
@@ -135,6 +135,53 @@ std::vector<BackwardCase> backward_grid() {
     strided.causal = true;
     strided.window_left = 80;
     cases.push_back(strided);
+    // Split by key columns (96-key blocks, 48 keys per warpgroup): key blocks ending at, just before and
+    // just after the second warpgroup's first key, a last block whose second warpgroup has no key, causal
+    // diagonals crossing both warpgroups of a block at 64-row query blocks, under GQA and in deterministic
+    // mode (each dQ chunk reduce-added by either warpgroup, alternating by step).
+    if (bwd_tile_config(kernel.head_dim).split == BwdSplit::kKeyColumns) {
+      const int keys = bwd_tile_config(kernel.head_dim).keys_per_warpgroup();
+      for (int sk : {keys, keys - 1, keys + 1, 2 * keys, 3 * keys + 5}) {
+        for (Mask mask : {Mask::none, Mask::causal}) {
+          BackwardCase c = with_mask(base, mask);
+          c.seqlen_q = 130;
+          c.seqlen_k = sk;
+          c.heads_q = 4;
+          c.heads_kv = 2;
+          cases.push_back(c);
+        }
+      }
+      BackwardCase c = with_mask(base, Mask::causal);
+      c.seqlen_q = 2 * keys + 64;
+      c.seqlen_k = 4 * keys + 32;
+      c.heads_q = 6;
+      c.heads_kv = 2;
+      c.deterministic = true;
+      cases.push_back(c);
+      c = with_mask(base, Mask::window);
+      c.seqlen_q = c.seqlen_k = 5 * keys + 7;
+      c.heads_q = 2;
+      c.heads_kv = 1;
+      c.deterministic = true;
+      cases.push_back(c);
+      // More tiles than SMs (2 key blocks x 140 heads), so every CTA runs several: the P^T rows reused for
+      // one tile's dK / dV and the next tile's P^T, the stage ring, the K / V phases and the step parity that
+      // picks each dQ chunk's warpgroup all carry across tiles; deterministic too; and a window far behind
+      // the queries (Sq < Sk) gives key blocks no query sees, tiles without steps between tiles with steps.
+      for (bool deterministic : {false, true}) {
+        c = with_mask(base, deterministic ? Mask::causal : Mask::none);
+        c.seqlen_q = 130;
+        c.seqlen_k = 150;
+        c.heads_q = c.heads_kv = 140;
+        c.deterministic = deterministic;
+        cases.push_back(c);
+      }
+      c = with_mask(base, Mask::window);
+      c.seqlen_q = 40;
+      c.seqlen_k = 3 * keys + 12;
+      c.heads_q = c.heads_kv = 140;
+      cases.push_back(c);
+    }
   }
   // Long sequences for the main configuration only (the CPU reference is the slow part).
   for (const BuiltKernel& kernel : built_kernels()) {
@@ -208,7 +255,7 @@ ref::Precision precision_of(flash4_dtype dtype) {
 constexpr int kDeterminismRuns = 100;
 
 // The main kernel (split by keys: the dQ writer warps order the bulk reduce-adds) and, when built, a head
-// dim split by roles (the consumers order their own reductions).
+// dim split by key columns and one split by roles (the consumers order their own reductions).
 std::vector<BackwardCase> determinism_cases() {
   std::vector<BackwardCase> cases;
   auto add = [&cases](const BuiltKernel& kernel, int heads) {
@@ -227,10 +274,12 @@ std::vector<BackwardCase> determinism_cases() {
     cases.push_back(gqa);
   };
   add(main_kernel(), 16);
-  for (const BuiltKernel& kernel : built_kernels()) {
-    if (bwd_tile_config(kernel.head_dim).split == BwdSplit::kRoles) {
-      add(kernel, 8);
-      break;
+  for (BwdSplit split : {BwdSplit::kKeyColumns, BwdSplit::kRoles}) {
+    for (const BuiltKernel& kernel : built_kernels()) {
+      if (bwd_tile_config(kernel.head_dim).split == split) {
+        add(kernel, 8);
+        break;
+      }
     }
   }
   return cases;

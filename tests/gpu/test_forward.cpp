@@ -1,6 +1,7 @@
 // Forward kernel against the fp64 reference (tolerance rule of tests/tolerance.hpp) over the grid of
 // issue 4: head dims x dtypes x masks x GQA/MQA x odd sequence lengths x Sq != Sk x varlen, with
-// poisoned outputs inside guard regions; and the same kernel on paged K/V caches (Paged/ForwardGrid).
+// poisoned outputs inside guard regions, skewed varlen batches with seqused; and the same kernel on paged K/V
+// caches (Paged/ForwardGrid).
 // Kernels not compiled into this build are skipped.
 #include <gtest/gtest.h>
 
@@ -122,6 +123,41 @@ std::vector<ForwardCase> forward_grid() {
       c.causal = length == 4224;
       cases.push_back(c);
     }
+    // A skewed varlen batch: one long sequence among many short and empty ones, so that almost every tile of
+    // the batch x heads x longest-sequence grid lies past its sequence's end and the forward walks the
+    // prepare kernel's list of the others (kernels/common/varlen_tiles.hpp). With seqused the used rows
+    // decide the tiles, some sequences using none.
+    for (bool causal : {false, true}) {
+      for (bool used : {false, true}) {
+        ForwardCase c;
+        c.batch = 101;  // the sequences below: named _b101
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.causal = causal;
+        for (int b = 0; b < c.batch; ++b) {
+          const int length = b == 37 ? 1500 : b % 9 == 0 ? 0 : (29 * b) % 100 + 1;
+          c.varlen_q.push_back(length);
+          c.varlen_k.push_back(b % 13 == 5 ? length + 40 : length);
+          if (used) {
+            c.seqused_q.push_back(b % 11 == 3 ? 0 : length - length / 3);
+            c.seqused_k.push_back(c.varlen_k.back() - c.varlen_k.back() / 5);
+          }
+        }
+        cases.push_back(c);
+      }
+    }
+    // More sequences than the prepare kernel has threads, and a max_seqlen_q (a loose bound) with more block
+    // counts than it has threads: its passes over the batch and over the counts each take several rounds.
+    ForwardCase wide;
+    wide.batch = 1300;
+    wide.heads_q = wide.heads_kv = 2;
+    wide.causal = true;
+    for (int b = 0; b < wide.batch; ++b) {
+      wide.varlen_q.push_back(b % 7 == 0 ? 0 : 1 + (31 * b) % 128);
+      wide.varlen_k.push_back(1 + (17 * b) % 128);
+    }
+    wide.varlen_max_q = 80000;  // the canonical bound is then total_q, about 71K rows: over 1024 counts of 64 rows
+    cases.push_back(wide);
   }
   return cases;
 }

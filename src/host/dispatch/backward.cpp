@@ -111,7 +111,8 @@ LaunchResult launch_backward(const flash4_bwd_params& p, flash4_stream_t stream)
   kp.deterministic = p.deterministic;
 
   const cudaStream_t cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  // The preprocess zeroes the dQ accumulator rows it covers (kernels/sm90/bwd/prepost.cuh).
+  // Outside deterministic mode the preprocess zeroes the dQ accumulator rows it covers; in it, each copy's
+  // first write stores (bwd_dq_copy_written, kernels/sm90/bwd/prepost.cuh).
   cudaError_t status = cudaSuccess;
   if (p.deterministic) {
     status = cudaMemsetAsync(workspace + plan.workspace.semaphores, 0, plan.workspace.semaphore_bytes, cuda_stream);

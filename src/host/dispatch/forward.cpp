@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "host/device_info.hpp"
 #include "host/dispatch/no_kernel.hpp"
@@ -16,6 +17,7 @@
 #include "host/tma_descriptor.hpp"
 #include "host/workspace_check.hpp"
 #include "kernels/common/paged_kv.hpp"
+#include "launch/varlen_tiles.hpp"
 
 namespace flash4::host {
 namespace {
@@ -37,9 +39,39 @@ TmaView make_paged_view(const flash4_fwd_params& p, const void* base, const flas
   return make_operand_view(shape, box_rows, tile.box_cols(), tile.swizzle_bytes);
 }
 
+// The varlen tile space in the workspace, as the prepare kernel fills it (launch/varlen_tiles.hpp).
+VarlenTileSpace varlen_tile_space(const flash4_fwd_params& p, const FwdPlan& plan) {
+  const VarlenWorkspace layout = varlen_workspace(p);
+  char* const workspace = static_cast<char*>(p.workspace);
+  VarlenTileSpace space{};
+  space.cu_seqlens_q = p.cu_seqlens_q;
+  space.cu_seqlens_k = p.cu_seqlens_k;
+  space.seqused_q = p.seqused_q;
+  space.seqused_k = p.seqused_k;
+  space.batch = p.batch;
+  space.heads = p.heads_q;
+  space.block_m = plan.tile.block_m();
+  space.max_rows_q = p.max_seqlen_q;
+  space.max_rows_k = p.max_seqlen_k;
+  space.l2_kv_rows = plan.l2_kv_rows;
+  space.tile_counter = reinterpret_cast<int*>(workspace);
+  space.num_tiles = reinterpret_cast<int*>(workspace + layout.num_tiles);
+  space.bins = reinterpret_cast<int*>(workspace + layout.bins);
+  space.num_bins = layout.num_bins;
+  space.units = reinterpret_cast<VarlenUnit*>(workspace + layout.units);
+  space.unit_capacity = layout.unit_capacity;
+  return space;
+}
+
+LaunchResult cuda_failure(std::string what, cudaError_t status) {
+  cudaGetLastError();  // a failed launch is not sticky; do not leave it for the caller's next check
+  return LaunchResult{FLASH4_ERROR_CUDA, std::move(what) + ": " + cudaGetErrorString(status)};
+}
+
 }  // namespace
 
 std::size_t forward_workspace_bytes(const flash4_fwd_params& params) {
+  if (params.cu_seqlens_q != nullptr) return varlen_workspace(params).bytes;
   return forward_schedules_dynamically(params) ? kFwdWorkspaceBytes : 0;
 }
 
@@ -50,7 +82,8 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   const FwdLaunchFn launch = key.head_dim != 0 ? find_fwd_kernel(key) : nullptr;
   if (launch == nullptr) return no_kernel("forward", p, built_fwd_kernels());
   result = check_workspace(p.workspace, p.workspace_bytes, forward_workspace_bytes(p),
-                           "this forward (causal, windowed, varlen or with seqused) claims its tiles from a counter in",
+                           "this forward (causal, windowed, varlen or with seqused) claims its tiles from a counter "
+                           "(varlen: and lists them) in",
                            "flash4_fwd_workspace_size");
   if (result.status != FLASH4_SUCCESS) return result;
   DeviceInfo device;
@@ -117,20 +150,24 @@ LaunchResult launch_forward(const flash4_fwd_params& p, flash4_stream_t stream) 
   kp.order = plan.order;
   kp.num_tiles = plan.order.num_tiles();
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  if (plan.dynamic) {
-    kp.tile_counter = static_cast<int*>(p.workspace);
-    const cudaError_t zeroed = cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), cuda_stream);
-    if (zeroed != cudaSuccess) {
-      result.status = FLASH4_ERROR_CUDA;
-      result.message = std::string("forward: zeroing the tile counter: ") + cudaGetErrorString(zeroed);
-      return result;
+  if (plan.dynamic) kp.tile_counter = static_cast<int*>(p.workspace);
+  if (varlen) {
+    // The prepare kernel lists the tiles with rows (and zeroes the counter) on the stream, before the
+    // forward reads them: the host never reads the lengths.
+    const VarlenTileSpace space = varlen_tile_space(p, plan);
+    kp.varlen_units = space.units;
+    kp.varlen_num_tiles = space.num_tiles;
+    if (const cudaError_t listed = launch_varlen_tiles(space, cuda_stream); listed != cudaSuccess) {
+      return cuda_failure("forward: listing the varlen tiles", listed);
+    }
+  } else if (plan.dynamic) {
+    if (const cudaError_t zeroed = cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), cuda_stream); zeroed != cudaSuccess) {
+      return cuda_failure("forward: zeroing the tile counter", zeroed);
     }
   }
 
-  const cudaError_t status = launch(kp, plan.num_ctas, cuda_stream);
-  if (status != cudaSuccess) {
-    result.status = FLASH4_ERROR_CUDA;
-    result.message = "forward launch (" + key.to_string() + "): " + cudaGetErrorString(status);
+  if (const cudaError_t status = launch(kp, plan.num_ctas, cuda_stream); status != cudaSuccess) {
+    return cuda_failure("forward launch (" + key.to_string() + ")", status);
   }
   return result;
 }

@@ -92,7 +92,9 @@ struct KeyBlockRange {
   int unmasked_end;
 
   FLASH4_HD int count() const { return end > begin ? end - begin : 0; }
-  FLASH4_HD bool needs_mask(int block) const { return block < unmasked_begin || block >= unmasked_end; }
+  // Both comparisons, not a short circuit: the forward's main loop then tests one predicate instead of
+  // branching around the second field's load.
+  FLASH4_HD bool needs_mask(int block) const { return (block < unmasked_begin) | (block >= unmasked_end); }
 };
 
 FLASH4_HD KeyBlockRange key_block_range(const MaskSpec& mask, int m0, int block_m, int block_n) {

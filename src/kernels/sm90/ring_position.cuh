@@ -20,4 +20,20 @@ struct RingPosition {
   }
 };
 
+// The same position kept as the number of stages taken so far: one register, from which the position of
+// any earlier stage also follows (the forward's consumer reads V one key block behind K). A power-of-two
+// ring keeps stage and parity right when the 32-bit count wraps.
+template <int kStages>
+struct RingCount {
+  static_assert((kStages & (kStages - 1)) == 0, "the count wraps consistently only for a power-of-two ring");
+  uint32_t taken = 0;
+
+  // The position `behind` stages before the next one.
+  __device__ __forceinline__ RingPosition<kStages> position(uint32_t behind = 0) const {
+    const uint32_t n = taken - behind;
+    return {int(n % kStages), (n / kStages) & 1};
+  }
+  __device__ __forceinline__ void advance() { ++taken; }
+};
+
 }  // namespace flash4::sm90

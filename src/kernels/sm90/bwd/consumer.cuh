@@ -288,7 +288,8 @@ struct BwdConsumer : BwdConsumerOps<Element, kHeadDim> {
       // Every step ends with all its wgmmas complete: ptxas cannot follow wgmma groups left in flight
       // across a loop back-edge and would serialize every wgmma of the loop (warning C7514 / C7520).
       for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-        for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+        for (int i = work.walk_begin; i < work.walk_end; ++i) {
+          const int m_block = bwd_walk_block(i);
           const bool masked = work.queries.needs_mask(m_block);
           if (kSplitMaskedSteps<kSoftcap> && masked) {
             run_step<kSoftcap, true>(p, work, m_block, true, k_tile, v_tile, dk, dv);

@@ -1,8 +1,8 @@
-// The pieces both backward consumers (consumer.cuh: split by keys, consumer_roles.cuh: split by roles)
-// are built from: the wgmma issues of the five products, the accumulator <-> fragment conversions, the
-// softmax-gradient element math and the dK / dV stores. Every product is 64 rows (the wgmma M) of one
-// warpgroup; tiles are stored as 64-column boxes with the 128-byte swizzle (bwd_tile_config.hpp), and so
-// is dS^T: block_n key rows per box of 64 queries.
+// The pieces the backward consumers (consumer.cuh: split by keys, consumer_key_columns.cuh: split by key
+// columns, consumer_roles.cuh: split by roles) are built from: the wgmma issues of the five products, the
+// accumulator <-> fragment conversions, the softmax-gradient element math and the dK / dV stores. Every
+// product is 64 rows (the wgmma M) of one warpgroup; tiles are stored as 64-column boxes with the 128-byte
+// swizzle (bwd_tile_config.hpp), and so is dS^T: block_n key rows per box of 64 queries.
 #pragma once
 
 #include <type_traits>
@@ -10,9 +10,12 @@
 #include "kernels/common/mask.hpp"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
+#include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/math.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
+#include "kernels/sm90/ptx/red.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
+#include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
 #include "launch/bwd_params.hpp"
 
@@ -100,6 +103,51 @@ struct BwdConsumerOps {
       const uint32_t rows = step * 16 * kSwizzle;
       MmaDq::template run<true, true>(dq, advance_descriptor(a_desc, rows), advance_descriptor(b_desc, rows), step > 0);
     }
+  }
+
+  // dQ from registers (split by key columns and by roles, which have no fp32 staging buffer): chunk
+  // `chunk` (64 rows x kDqCols, complete in registers) reduce-added into a query block of the accumulator,
+  // or stored where this is the first write into a deterministic copy (`store`: DqTarget::stores). The
+  // accumulator's order (dq_staging_index) is linear in rows and in columns that are multiples of its
+  // 8-column boxes: the thread's address plus a constant per pair. The chunk's boxes are whole (kDqCols is a
+  // multiple of the box width), so a chunk known only at run time moves one base address, not each pair's.
+  __device__ __forceinline__ static void add_dq_chunk(float* accum, const DqSlice& dq, int chunk, bool store) {
+    static_assert(kDqCols % cfg().dq_box_cols() == 0, "a dQ chunk is whole boxes");
+    float* thread_accum = accum + chunk * (kDqCols / cfg().dq_box_cols()) * cfg().dq_box_floats() +
+                          cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
+    if (store) {
+      write_dq_pairs<true>(thread_accum, dq);
+    } else {
+      write_dq_pairs<false>(thread_accum, dq);
+    }
+  }
+  template <bool kStore>
+  __device__ __forceinline__ static void write_dq_pairs(float* thread_accum, const DqSlice& dq) {
+#pragma unroll
+    for (int k = 0; k < kDqCols / 8; ++k) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float* pair = thread_accum + cfg().dq_staging_index(8 * i, 8 * k);
+        if constexpr (kStore) {
+          *reinterpret_cast<float2*>(pair) = make_float2(dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        } else {
+          red_add_f32x2(pair, dq[4 * k + 2 * i], dq[4 * k + 2 * i + 1]);
+        }
+      }
+    }
+  }
+  // Deterministic mode (a target with a semaphore): the warpgroup waits until it is the CTA's turn to add
+  // into the block's copy, and after both warpgroups' reductions one thread passes the turn on.
+  __device__ __forceinline__ static void wait_dq_turn(const DqTarget& target, int warpgroup) {
+    if (target.semaphore == nullptr) return;
+    if (threadIdx.x % kWarpgroupThreads == 0) spin_until_acquire_gpu(target.semaphore, target.turn);
+    named_barrier_sync(int(BwdBarrierId::kDqTurn) + warpgroup, kWarpgroupThreads);
+  }
+  __device__ __forceinline__ static void release_dq_turn(const DqTarget& target) {
+    if (target.semaphore == nullptr) return;
+    __threadfence();  // this thread's reductions before the release below, through the barrier
+    named_barrier_sync(int(BwdBarrierId::kDqAdded), kBwdConsumerThreads);
+    if (threadIdx.x % kBwdConsumerThreads == 0) store_release_gpu(target.semaphore, target.turn + 1);
   }
 
   // Accumulator (64 x block_m, fp32) -> A fragments of a k16 step: rows stay, columns 16 step .. 16 step + 15.

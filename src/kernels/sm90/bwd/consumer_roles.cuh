@@ -25,10 +25,8 @@
 #include "kernels/sm90/bwd/consumer_ops.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
 #include "kernels/sm90/bwd/tile_work.cuh"
-#include "kernels/sm90/ptx/bulk.cuh"
 #include "kernels/sm90/ptx/math.cuh"
 #include "kernels/sm90/ptx/mbarrier.cuh"
-#include "kernels/sm90/ptx/red.cuh"
 #include "kernels/sm90/ptx/shared.cuh"
 #include "kernels/sm90/ptx/sync.cuh"
 #include "kernels/sm90/ptx/wgmma.cuh"
@@ -112,16 +110,14 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
   }
 
   // This warpgroup's dQ chunks of the step (chunk c goes to warpgroup c % 2), each reduce-added into the
-  // accumulator as soon as its product completes. The last wait also completes the step's dV or dK.
+  // accumulator as soon as its product completes (stored, where it is the first write into a deterministic
+  // copy: DqTarget::stores). The last wait also completes the step's dV or dK.
   template <int kRole>
   __device__ __forceinline__ void add_dq(const BwdKernelParams& p, const BwdTileWork& work, const char* ds_tile,
                                          int head, int m_block) const {
     const DqTarget target = dq_target<kHeadDim>(p, work, head, m_block);
     float* accum = dq_accum_rows<kHeadDim>(p, work, target.copy, head, m_block);
-    if (target.semaphore != nullptr) {
-      if (threadIdx.x % kWarpgroupThreads == 0) spin_until_acquire_gpu(target.semaphore, target.turn);
-      named_barrier_sync(int(BwdBarrierId::kDqTurn) + kRole, kWarpgroupThreads);
-    }
+    Ops::wait_dq_turn(target, kRole);
 #pragma unroll
     for (int chunk = kRole; chunk < kCfg.dq_chunks(); chunk += kCfg.consumer_warpgroups) {
       DqSlice dq;
@@ -130,23 +126,9 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
       wgmma_commit();
       wgmma_wait<0>();
       pin_registers(dq);
-      // The accumulator's order (dq_staging_index) is linear in rows and in columns that are multiples of
-      // its 8-column boxes: the thread's address plus a constant per pair.
-      float* thread_accum = accum + cfg().dq_staging_index(fragment_row(), 2 * (lane() % 4));
-#pragma unroll
-      for (int k = 0; k < kDqCols / 8; ++k) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          red_add_f32x2(thread_accum + cfg().dq_staging_index(8 * i, chunk * kDqCols + 8 * k), dq[4 * k + 2 * i],
-                        dq[4 * k + 2 * i + 1]);
-        }
-      }
+      Ops::add_dq_chunk(accum, dq, chunk, target.stores());
     }
-    if (target.semaphore != nullptr) {
-      __threadfence();  // this thread's reductions before the release below, through the barrier
-      named_barrier_sync(int(BwdBarrierId::kDqAdded), kBwdConsumerThreads);
-      if (threadIdx.x % kBwdConsumerThreads == 0) store_release_gpu(target.semaphore, target.turn + 1);
-    }
+    Ops::release_dq_turn(target);
   }
 
   // Waits for the step's stage, then acc = (K or V) (Q or dO)^T, complete on return.
@@ -186,7 +168,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* k_tile = smem + kCfg.k_offset();
     const char* ds_tile = smem + kCfg.ds_offset(0);
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores s;
@@ -220,7 +203,8 @@ struct BwdRolesConsumer : BwdConsumerOps<Element, kHeadDim> {
     const char* v_tile = smem + kCfg.v_offset();
     char* ds_tile = smem + kCfg.ds_offset(0);
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const char* q_tile = smem + cfg().q_offset(ring.stage);
         const char* do_tile = smem + cfg().do_offset(ring.stage);
         Scores dp;

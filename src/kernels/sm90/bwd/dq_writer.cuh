@@ -52,11 +52,14 @@ struct BwdDqWriter {
   }
 
   // Lane 0 only: the bulk groups it commits are its own to wait for.
-  __device__ void add_step(const BwdKernelParams& p, const BwdTileWork& work, int copy, int head, int m_block) const {
+  __device__ void add_step(const BwdKernelParams& p, const BwdTileWork& work, const DqTarget& target, int head,
+                           int m_block) const {
     // The partial and the query block's accumulator hold the block in the same order (dq_staging_index):
-    // one contiguous reduce-add per staged partial.
-    float* block = dq_accum_rows<kHeadDim>(p, work, copy, head, m_block);
-    bulk_reduce_add_f32(block, reinterpret_cast<const float*>(smem + kCfg.dq_offset()), kCfg.dq_buffer_bytes());
+    // one contiguous reduce-add (or, for the first write into a deterministic copy, store) per staged partial.
+    float* block = dq_accum_rows<kHeadDim>(p, work, target.copy, head, m_block);
+    const float* partial = reinterpret_cast<const float*>(smem + kCfg.dq_offset());
+    if (target.stores()) bulk_store(block, partial, kCfg.dq_buffer_bytes());
+    else bulk_reduce_add_f32(block, partial, kCfg.dq_buffer_bytes());
     bulk_commit_group();
     // The buffer goes back as soon as the copy engine has read it: in deterministic mode the wait for the
     // adds to land (below) then overlaps the consumers' next step instead of delaying it.
@@ -68,8 +71,9 @@ struct BwdDqWriter {
   __device__ void run(const BwdKernelParams& p, const BwdTileWork& work) {
     const bool leader = threadIdx.x % 32 == 0;
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block, ++step) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i, ++step) {
         if (step % kWriters != writer) continue;
+        const int m_block = bwd_walk_block(i);
         const DqTarget target = dq_target<kHeadDim>(p, work, head, m_block);
         if (target.semaphore != nullptr && leader) {  // waited for while the consumers still compute the step
           spin_until_acquire_gpu(target.semaphore, target.turn);
@@ -77,7 +81,7 @@ struct BwdDqWriter {
         }
         __syncwarp();  // bar.sync wants the whole warp
         wait_staged();
-        if (leader) add_step(p, work, target.copy, head, m_block);
+        if (leader) add_step(p, work, target, head, m_block);
         __syncwarp();
         hand_back();  // after every step, the last included: the consumers take it once more at their end
         if (target.semaphore != nullptr && leader) {

@@ -1,16 +1,17 @@
 // The main backward kernel: warpgroup 0 produces (one thread issues the loads, warps 1 and 2 write dQ when
 // the consumers split by keys; the warpgroup gives its registers to the consumers), warpgroups 1 and 2
-// consume (consumer.cuh or consumer_roles.cuh, by the head dim's
-// BwdSplit); warp 3 of the producer warpgroup schedules. A persistent grid: each CTA runs tiles (key
-// block, sequence, kv head) until none is left (the hand-out below), so one tile's dK / dV stores overlap
-// the next tile's K / V and first stage loads, and the launch, barrier set-up and register hand-over are
-// paid once per SM, not per tile.
+// consume (consumer.cuh, consumer_key_columns.cuh or consumer_roles.cuh, by the head dim's BwdSplit); warp
+// 3 of the producer warpgroup schedules. A persistent grid: each CTA runs tiles (key block, sequence, kv
+// head) until none is left (the hand-out below), so one tile's dK / dV stores overlap the next tile's K / V
+// and first stage loads, and the launch, barrier set-up and register hand-over are paid once per SM, not
+// per tile.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/bwd_tile_handout.hpp"
 #include "kernels/sm90/bwd/consumer.cuh"
+#include "kernels/sm90/bwd/consumer_key_columns.cuh"
 #include "kernels/sm90/bwd/consumer_roles.cuh"
 #include "kernels/sm90/bwd/dq_writer.cuh"
 #include "kernels/sm90/bwd/pipeline.cuh"
@@ -29,8 +30,9 @@ inline constexpr int kBwdProducerRegisters = 24;
 inline constexpr int kBwdConsumerRegisters = 240;
 
 // The tile hand-out. Each CTA claims its tiles from a global counter (tile_counter), so tiles start in
-// tile_work.cuh's order (longest-first within each head, the heads' Q / dO shared in L2) and the CTAs stay
-// balanced however the tiles' lengths vary (causal, window, varlen). A scheduler thread (warp
+// tile_work.cuh's order (the heads' Q / dO shared in L2; within a head longest-first, or in deterministic
+// mode shortest-first: bwd_key_block_of) and the CTAs stay balanced however the tiles' lengths vary
+// (causal, window, varlen). A scheduler thread (warp
 // kBwdSchedulerWarp) claims and resolves the CTA's tile number i into slot i % 2 once the readers are done
 // with tile i - 2 and the loader has issued tile i - 1's loads (the late claim, bwd_tile_handout.hpp), so
 // the next tile's K / V loads overlap the current tile's last steps; it then arrives on tile_published. Every other role
@@ -188,6 +190,10 @@ __global__ void __launch_bounds__(bwd_tile_config(kHeadDim).threads(), 1)
       for_each_bwd_tile<kHeadDim, kPersistent>(
           slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
       consumer.finish();
+    } else if constexpr (kCfg.split == BwdSplit::kKeyColumns) {
+      BwdKeyColumnsConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
+      for_each_bwd_tile<kHeadDim, kPersistent>(
+          slots, [&](const BwdTileWork& work) { consumer.template run<kSoftcap>(params, work); }, [] {});
     } else {
       BwdRolesConsumer<Element, kHeadDim> consumer{{}, warpgroup - 1, smem, bars};
       for_each_bwd_tile<kHeadDim, kPersistent>(

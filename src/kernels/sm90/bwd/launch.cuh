@@ -1,6 +1,6 @@
-// Host-side launch of one backward instantiation: preprocess (which zeroes the dQ accumulator), the sinks'
-// gradient when there are sinks, main kernel, postprocess, in that order on the caller's stream. In
-// deterministic mode the host has zeroed the semaphores before.
+// Host-side launch of one backward instantiation: preprocess (which zeroes the dQ accumulator outside
+// deterministic mode), the sinks' gradient when there are sinks, main kernel, postprocess, in that order on the
+// caller's stream. In deterministic mode the host has zeroed the semaphores before.
 #pragma once
 
 #include <cuda_runtime.h>

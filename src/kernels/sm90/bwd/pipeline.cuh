@@ -36,10 +36,13 @@ struct BwdBarriers {
 //    passed the empty barrier for it.
 //    The writers hand the buffer back after every step, and the consumers take it once more after their
 //    last tile, so that no arrival is left pending when the CTA exits.
+//  - Split by key columns: both warpgroups sync on kDsReady; each syncs on its own kProbsStored before
+//    its dV^T product reads the P^T rows its warps stored. Deterministic mode adds the dQ turn barriers.
 //  - Split by roles: warpgroup 0 arrives on kProbsReady and warpgroup 1 syncs on it; both sync on
 //    kDsReady. Deterministic mode adds the dQ turn barriers.
 enum class BwdBarrierId : int {
   kDsReady = 1,       // dS^T is complete in shared memory
+  kProbsStored = 2,   // 2 + warpgroup: the warpgroup's P^T rows are in shared memory (split by key columns)
   kProbsReady = 4,    // P is in shared memory for warpgroup 1
   kDqTurn = 5,        // 5 + warpgroup: the warpgroup's first thread saw this CTA's turn to add dQ
   kDqAdded = 7,       // both warpgroups' dQ reductions of the step are issued and fenced

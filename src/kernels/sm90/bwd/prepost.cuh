@@ -1,13 +1,14 @@
 // The two small kernels around the main backward:
 //  - preprocess: per query row, D = rowsum(dO * O) and LSE in log2 units into the padded workspace rows
 //    (padding rows and fully masked rows get LSE = +inf, so every P computed from them is exactly 0), the
-//    row of every fp32 dQ accumulator copy zeroed (the main kernel reduce-adds into the query blocks'
-//    regions only, padding rows included, and the postprocess reads within them; zeroed here rather than
-//    by a memset of the whole accumulator, one launch fewer), and the main kernel's tile counter reset;
-//  - postprocess: dQ = softmax_scale * the fp32 accumulator (the sum of its copies, copy 0 first, in
-//    deterministic mode), converted to the input dtype. The accumulator keeps each query block's floats
-//    in the main kernel's staging order (BwdTileConfig::dq_staging_index), so the zeroing of a block's
-//    rows covers exactly its region whatever the order inside.
+//    row of the fp32 dQ accumulator zeroed outside deterministic mode (the main kernel reduce-adds into the
+//    query blocks' regions only, padding rows included, and the postprocess reads within them; zeroed here
+//    rather than by a memset of the whole accumulator, one launch fewer; in deterministic mode each copy's
+//    first write stores, bwd_dq_copy_written), and the main kernel's tile counter reset;
+//  - postprocess: dQ = softmax_scale * the fp32 accumulator (in deterministic mode the sum of the copies
+//    that have a contributor, in copy order), converted to the input dtype. The accumulator keeps each query
+//    block's floats in the main kernel's staging order (BwdTileConfig::dq_staging_index), so the zeroing of a
+//    block's rows covers exactly its region whatever the order inside.
 // Both touch only the true columns of o, dout (p.cols_v) and dq (p.cols), which a wider kernel may serve: the
 // columns past them read as 0 and are never written. Both only move memory. A warp takes kRowsPerWarp rows,
 // each lane head_dim / 32 consecutive elements of every one, and issues all of its rows' loads before using
@@ -21,7 +22,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_rows.hpp"
+#include "launch/bwd_tile_config.hpp"
 #include "launch/bwd_params.hpp"
 
 namespace flash4::sm90 {
@@ -141,7 +144,6 @@ __device__ __forceinline__ void preprocess_rows(const BwdKernelParams& p, int he
     lse[r] = p.lse[lse_index];
   }
   const long long first_index = head * p.rows_per_head + rows.first_row(batch, p.cu_seqlens_q) + row0;
-  const int64_t copy_stride = p.dq_copy_stride(kHeadDim);
   LaneValues<float, kPerLane> zeros;
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) zeros.values[e] = 0.0f;
@@ -162,8 +164,7 @@ __device__ __forceinline__ void preprocess_rows(const BwdKernelParams& p, int he
       p.dsum[first_index + r] = dot;
       p.lse_log2[first_index + r] = lse_log2;
     }
-    float* accum_row = p.dq_accum + (first_index + r) * kHeadDim + lane * kPerLane;
-    for (int copy = 0; copy < p.dq_copies; ++copy) zeros.store(accum_row + copy * copy_stride);
+    if (!p.deterministic) zeros.store(p.dq_accum + (first_index + r) * kHeadDim + lane * kPerLane);
   }
 }
 
@@ -198,12 +199,18 @@ __device__ __forceinline__ void postprocess_rows(const BwdKernelParams& p, int h
     run.load_units([&](int e) { return row_block + kCfg.dq_staging_index(row_in_block, lane * kPerLane + e); });
   };
 
+  // Outside deterministic mode the one copy was zeroed by the preprocess; in it, only the copies with a
+  // contributor were written.
+  const MaskSpec mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
+  const KeyBlockRange contributors = key_block_range(mask, block_row0, kCfg.block_m, kCfg.block_n);
   AccumRun sum[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (row0 + r < seq.seqlen_q) load_row(sum[r], 0, r);
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) sum[r].values[e] = 0.0f;
   }
-  for (int copy = 1; copy < p.dq_copies; ++copy) {  // always in this order
+  for (int copy = 0; copy < p.dq_copies; ++copy) {  // always in this order
+    if (p.deterministic && !bwd_dq_copy_written(copy, contributors.begin, contributors.end, p.dq_copies)) continue;
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       if (row0 + r >= seq.seqlen_q) continue;

@@ -51,7 +51,8 @@ struct BwdProducer {
 
     for (int head = work.first_head_q; head < work.first_head_q + work.group_size; ++head) {
       const long long stats_row0 = head * p.rows_per_head + work.workspace_row0;
-      for (int m_block = work.queries.end - 1; m_block >= work.queries.begin; --m_block) {
+      for (int i = work.walk_begin; i < work.walk_end; ++i) {
+        const int m_block = bwd_walk_block(i);
         const int m0 = m_block * kCfg.block_m;
         mbarrier_wait(&bars->stage_empty[ring.stage], ring.phase ^ 1);
         uint64_t* full = &bars->stage_full[ring.stage];

@@ -3,21 +3,11 @@
 // thread resolves each tile in place, into a shared-memory slot the other roles read (kernel.cuh).
 //
 // Order: the key block is the fast coordinate (linear = (sequence * heads_kv + kv head) * n_blocks_max +
-// n_block), so the tiles running at once share one or a few (sequence, head)s and their Q / dO tiles and dQ
-// accumulator rows stay in L2. (Key block slow spread the running CTAs over every head: their working set
-// outgrew L2, and the consumers waited on the dQ reduce-adds.)
-// Within a head key block 0 starts first: under bottom-right causal masking it sees the most query rows,
-// so the order is longest-first within each head; and in deterministic mode every CTA's predecessors in
-// the dQ reduce-add order (the lower key blocks of the same head) have lower indices. Running CTAs claim
-// every tile from a counter, in increasing order, and each CTA runs its claims in order, so the lowest
-// unfinished tile is always running and waits on none: the turns cannot deadlock, whether or not every
-// CTA of the grid is resident.
-//
-// Every role walks the CTA's query blocks from the last to the first. Causal (and windowed) key blocks
-// of one head then reach a query block at the same step, since their ranges share the end: the CTAs of
-// a head running at once work on the same Q / dO tiles, and in deterministic mode a key block's
-// predecessor has reached the block when it does. (Walking up, key block n starts at query block 2n,
-// which key block 0 reaches only after 2n steps, and the deterministic mode waited for it.)
+// index in the head), so the tiles running at once share one or a few (sequence, head)s and their Q / dO
+// tiles and dQ accumulator rows stay in L2. (Key block slow spread the running CTAs over every head: their
+// working set outgrew L2, and the consumers waited on the dQ reduce-adds.) Which key block an index in the
+// head names, and the order in which every role walks a tile's query blocks, depend on the mode
+// (bwd_key_block_of, bwd_walk_begin in bwd_tile_config.hpp, where the deterministic turns are too).
 #pragma once
 
 #include "kernels/common/mask.hpp"
@@ -43,6 +33,11 @@ struct BwdTileWork {
   // The query blocks the CTA steps through: those that see any of its keys; the mask covers every block
   // outside the unmasked ones.
   QueryBlockRange queries;
+  // Every role walks each query head's blocks in this order: block bwd_walk_block(i) for i in [walk_begin,
+  // walk_end) (bwd_walk_begin). Resolved here, so that a role's loop compares with a field in shared memory
+  // as a plain one does: computing the bounds in the loop took a register the D = 64 consumer lacks.
+  int walk_begin;
+  int walk_end;
 
   // False: no key of the CTA lies inside the sequence, so there is nothing to write.
   __device__ __forceinline__ bool has_keys() const { return n0 < seqlen_k; }
@@ -55,7 +50,8 @@ __device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int l
   constexpr int kBlockM = bwd_tile_config(kHeadDim).block_m;
   constexpr int kBlockN = bwd_tile_config(kHeadDim).block_n;
   const int bh = linear / p.n_blocks_max;
-  work.n_block = linear - bh * p.n_blocks_max;
+  const bool deterministic = p.deterministic != 0;
+  work.n_block = bwd_key_block_of(linear - bh * p.n_blocks_max, p.n_blocks_max, deterministic);
   work.batch = bh / p.heads_kv;
   work.head_kv = bh - work.batch * p.heads_kv;
   work.group_size = p.heads_q / p.heads_kv;
@@ -71,6 +67,8 @@ __device__ __forceinline__ void resolve_bwd_tile(const BwdKernelParams& p, int l
   work.workspace_row0 = p.workspace_rows().first_row(work.batch, p.cu_seqlens_q);
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
   work.queries = query_block_range(mask, work.n0, kBlockN, kBlockM);
+  work.walk_begin = bwd_walk_begin(work.queries, deterministic);
+  work.walk_end = bwd_walk_end(work.queries, deterministic);
 }
 
 // Where a CTA's dQ partial of (query head `head`, query block `m_block`) goes: its copy of the
@@ -81,14 +79,17 @@ struct DqTarget {
   int copy;
   int* semaphore;
   int turn;
+  // The first write into this copy of the block (deterministic mode, turn 0): it stores, the later turns add
+  // (bwd_dq_copy_written).
+  __device__ __forceinline__ bool stores() const { return semaphore != nullptr && turn == 0; }
 };
 template <int kHeadDim>
 __device__ __forceinline__ DqTarget dq_target(const BwdKernelParams& p, const BwdTileWork& work, int head, int m_block) {
   constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
   if (!p.deterministic) return DqTarget{0, nullptr, 0};
   const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
-  const int first_block = key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).begin;
-  const BwdDqOrder order = bwd_dq_order(work.n_block, first_block, p.dq_copies);
+  const int contributors_end = key_block_range(mask, m_block * kCfg.block_m, kCfg.block_m, kCfg.block_n).end;
+  const BwdDqOrder order = bwd_dq_order(work.n_block, contributors_end, p.dq_copies);
   const int64_t head_row = int64_t(order.copy) * p.heads_q + head;
   return DqTarget{order.copy, p.dq_semaphores + (head_row * p.batch + work.batch) * p.m_blocks_max + m_block, order.turn};
 }

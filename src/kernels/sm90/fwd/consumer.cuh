@@ -59,18 +59,49 @@ struct FwdConsumer {
       named_barrier_arrive(kFwdTurnBarrierBase + (warpgroup + 1) % kWarpgroups, kTurnThreads);
     }
   }
-  // One arrival per warp on an `empty` barrier, after the warp's wgmma wait.
+  // One arrival per warp on an `empty` barrier, after the warp's wgmma wait. That wait is .sync.aligned:
+  // every lane of the warp has passed it when lane 0 arrives, so no __syncwarp (a NOP per release).
   __device__ __forceinline__ static void release(uint64_t* barrier) {
-    __syncwarp();
     if (threadIdx.x % 32 == 0) mbarrier_arrive(barrier);
   }
 
-  // Issues S = Q K^T for this warpgroup's 64 rows against the K tile in `stage`.
-  __device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], int stage) const {
+  // The warpgroup's shared-memory descriptors, built once per kernel: Q's, and K's in stage 0. A stage's K
+  // or V descriptor differs from K's in stage 0 only in its low word (start address, leading offset), by a
+  // constant: one 32-bit add, then a broadcast from lane 0 (warp_uniform) so that the result lives in the
+  // uniform registers wgmma reads. The high word (stride, swizzle) is the same constant for all three.
+  struct Descriptors {
+    uint64_t q;
+    uint64_t k;
+  };
+  static constexpr uint32_t kStageField = kCfg.kv_stage_bytes() / 16;  // one K or V stage, in descriptor units
+  static constexpr uint32_t kVLeadingBytes = kBlockN * kSwizzle;       // V is MN-major: the next column block
+  // V's low word minus K's: the distance between the tiles and between the leading offsets.
+  static constexpr uint32_t kVMinusK = (Layout::kVOffset - Layout::kKOffset) / 16 + ((kVLeadingBytes - 16) / 16 << 16);
+
+  __device__ __forceinline__ static uint64_t k_major_descriptor(const char* tile) {
+    return make_smem_descriptor(tile, 16, kCoreGroupBytes, kSwizzleMode);
+  }
+  // The start address field (bits 0-13) holds a shared-memory address / 16, below 2^14, and the leading
+  // offset field (bits 16-29) stays below 2^14 too: no carry leaves the low word.
+  __device__ __forceinline__ static uint64_t add_low(uint64_t descriptor, uint32_t delta) {
+    return (descriptor & 0xFFFFFFFF00000000ull) | (uint32_t(descriptor) + delta);
+  }
+  // The low word made opaque, so that it stays in a register: left visible, the compiler rebuilt it from
+  // the shared-memory base inside the main loop, several instructions per descriptor and key block.
+  __device__ __forceinline__ static uint64_t hold_low_word(uint64_t descriptor) {
+    uint32_t low = uint32_t(descriptor);
+    asm volatile("" : "+r"(low));
+    return (descriptor & 0xFFFFFFFF00000000ull) | low;
+  }
+  __device__ __forceinline__ Descriptors descriptors() const {
     const char* q = smem + Layout::kQOffset + warpgroup * kRowsPerConsumerWarpgroup * kSwizzle;
-    const char* k = smem + Layout::kKOffset + stage * kCfg.kv_stage_bytes();
-    const uint64_t q_desc = warp_uniform(make_smem_descriptor(q, 16, kCoreGroupBytes, kSwizzleMode));
-    const uint64_t k_desc = warp_uniform(make_smem_descriptor(k, 16, kCoreGroupBytes, kSwizzleMode));
+    return {hold_low_word(k_major_descriptor(q)), hold_low_word(k_major_descriptor(smem + Layout::kKOffset))};
+  }
+
+  // Issues S = Q K^T for this warpgroup's 64 rows against the K tile in `stage`.
+  __device__ __forceinline__ static void issue_qk(float (&s)[kBlockN / 2], const Descriptors& desc, int stage) {
+    const uint64_t q_desc = warp_uniform(desc.q);
+    const uint64_t k_desc = warp_uniform(add_low(desc.k, stage * kStageField));
 #pragma unroll
     for (int step = 0; step < kHeadDim / 16; ++step) {
       const int box = step / kStepsPerBox;
@@ -81,9 +112,9 @@ struct FwdConsumer {
   }
 
   // Issues O += P V for the V tile in `stage`; V is read transposed (its rows are the K dimension).
-  __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2], const uint32_t (&p)[kBlockN / 16][4], int stage) const {
-    const char* v = smem + Layout::kVOffset + stage * kCfg.kv_stage_bytes();
-    const uint64_t v_desc = warp_uniform(make_smem_descriptor(v, kBlockN * kSwizzle, kCoreGroupBytes, kSwizzleMode));
+  __device__ __forceinline__ static void issue_pv(float (&o)[kHeadDim / 2], const uint32_t (&p)[kBlockN / 16][4],
+                                                  const Descriptors& desc, int stage) {
+    const uint64_t v_desc = warp_uniform(add_low(desc.k, kVMinusK + stage * kStageField));
 #pragma unroll
     for (int step = 0; step < kBlockN / 16; ++step) {
       MmaO::template run<true>(o, p[step], advance_descriptor(v_desc, step * 16 * kSwizzle), 1);
@@ -107,12 +138,12 @@ struct FwdConsumer {
     }
   }
 
-  // Softcap and mask of key block `block`'s scores. The mask and this thread's row are rebuilt here
-  // rather than kept across the main loop, where registers are scarcest.
+  // Softcap and mask of key block `block`'s scores (`masked`: work.keys.needs_mask(block)). The mask and
+  // this thread's row are rebuilt here rather than kept across the main loop, where registers are scarcest.
   __device__ __forceinline__ void score(float (&s)[kBlockN / 2], const FwdKernelParams& p, const TileWork& work,
-                                        int block) const {
+                                        int block, bool masked) const {
     if (p.has_softcap) Softmax::apply_softcap(s, p.softcap_prescale);
-    if (work.keys.needs_mask(block)) {
+    if (masked) {
       const MaskSpec mask{work.seqlen_q, work.seqlen_k, p.window_left, p.window_right};
       Softmax::apply_mask(s, mask, work.m0 + row_in_tile(), block * kBlockN);
     }
@@ -125,8 +156,8 @@ struct FwdConsumer {
   }
 
   // The key blocks of one tile, last to first, into o and softmax.
-  __device__ __forceinline__ void attend(const FwdKernelParams& p, const TileWork& work, float (&o)[kHeadDim / 2],
-                                         Softmax& softmax, RingPosition<kCfg.stages>& ring, uint32_t& q_full_parity) {
+  __device__ __forceinline__ void attend(const FwdKernelParams& p, const TileWork& work, const Descriptors& desc,
+                                         float (&o)[kHeadDim / 2], Softmax& softmax, RingCount<kCfg.stages>& ring, uint32_t& q_full_parity) {
     float s[kBlockN / 2];
     uint32_t pfrag[kBlockN / 16][4];
     float factor[2];
@@ -136,33 +167,38 @@ struct FwdConsumer {
 
     // First key block (the last one in key order): S only. O is still zero, so its rescale is moot.
     int block = work.keys.end - 1;
-    mbarrier_wait(&bars->k_full[ring.stage], ring.phase);
+    RingPosition<kCfg.stages> k = ring.position();
+    mbarrier_wait(&bars->k_full[k.stage], k.phase);
     wgmma_fence();
-    issue_qk(s, ring.stage);
+    issue_qk(s, desc, k.stage);
     wgmma_commit();
     wgmma_wait<0>();
     pin_registers(s);
-    release(&bars->k_empty[ring.stage]);
-    score(s, p, work, block);
+    release(&bars->k_empty[k.stage]);
+    score(s, p, work, block, work.keys.needs_mask(block));
     softmax.fold_sum(softmax.step(s, p.scale_log2), factor);
     convert_p(s, pfrag);
-    RingPosition<kCfg.stages> previous = ring;
     ring.advance();
 
+    // K of this key block, V of the one before it.
     for (--block; block >= work.keys.begin; --block) {
-      mbarrier_wait(&bars->k_full[ring.stage], ring.phase);
-      mbarrier_wait(&bars->v_full[previous.stage], previous.phase);
+      k = ring.position();
+      const RingPosition<kCfg.stages> v = ring.position(1);
+      mbarrier_wait(&bars->k_full[k.stage], k.phase);
+      mbarrier_wait(&bars->v_full[v.stage], v.phase);
       wait_turn();
       wgmma_fence();
-      issue_qk(s, ring.stage);
+      issue_qk(s, desc, k.stage);
       wgmma_commit();
-      issue_pv(o, pfrag, previous.stage);
+      issue_pv(o, pfrag, desc, v.stage);
       wgmma_commit();
       pass_turn();
+      // Read from the tile slot before the wait for S, so that the load runs under the QK product.
+      const bool masked = work.keys.needs_mask(block);
       wgmma_wait<1>();  // S done; the PV product may still run
       pin_registers(s);
-      release(&bars->k_empty[ring.stage]);
-      score(s, p, work, block);
+      release(&bars->k_empty[k.stage]);
+      score(s, p, work, block, masked);
       const bool rescale = softmax.step(s, p.scale_log2);
       // ptxas places the wait for the PV product at the top of its basic block. The exponentials must come
       // first, to run under that product: pinning S keeps the compiler from sinking them to their use in
@@ -172,28 +208,29 @@ struct FwdConsumer {
       wgmma_wait<0>();
       pin_registers(o);
       pin_registers(pfrag);
-      release(&bars->v_empty[previous.stage]);
+      release(&bars->v_empty[v.stage]);
       if (rescale) scale_rows(o, factor);
       convert_p(s, pfrag);
-      previous = ring;
       ring.advance();
     }
     release(&bars->q_empty);  // every QK product of the tile has completed
 
     // Last PV product.
-    mbarrier_wait(&bars->v_full[previous.stage], previous.phase);
+    const RingPosition<kCfg.stages> v = ring.position(1);
+    mbarrier_wait(&bars->v_full[v.stage], v.phase);
     wgmma_fence();
-    issue_pv(o, pfrag, previous.stage);
+    issue_pv(o, pfrag, desc, v.stage);
     wgmma_commit();
     wgmma_wait<0>();
     pin_registers(o);
-    release(&bars->v_empty[previous.stage]);
+    release(&bars->v_empty[v.stage]);
   }
 
   __device__ void run(const FwdKernelParams& p) {
     if (warpgroup == kWarpgroups - 1) pass_turn();  // warpgroup 0 issues first
 
-    RingPosition<kCfg.stages> ring;
+    const Descriptors desc = descriptors();
+    RingCount<kCfg.stages> ring;  // K/V stages taken
     uint32_t q_full_parity = 0;
     for (int number = 0;; ++number) {
       const TileWork& work = wait_tile(bars, number);
@@ -203,7 +240,7 @@ struct FwdConsumer {
       for (int r = 0; r < kHeadDim / 2; ++r) o[r] = 0.0f;
       Softmax softmax;
       softmax.reset();
-      if (work.keys.count() > 0) attend(p, work, o, softmax, ring, q_full_parity);
+      if (work.keys.count() > 0) attend(p, work, desc, o, softmax, ring, q_full_parity);
       float inv_sum[2];
       float lse[2];
       softmax.finish(inv_sum, lse, p.sink != nullptr ? p.sink[work.head] * kLog2e : kNegInf);

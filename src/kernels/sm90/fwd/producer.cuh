@@ -99,14 +99,20 @@ struct FwdProducer {
 
   // The CTA's tiles, resolved into the tile slots: each is published as soon as it is claimed, and the
   // next one is claimed once this one's loads are issued, a few key blocks before the consumers finish it.
-  // Tiles without query rows (varlen tiles past the end of their sequence) are claimed past without being
-  // published; the last slot published holds one without rows.
+  // Tiles without query rows (fixed-length tiles past a sequence's seqused_q; varlen lists only tiles with
+  // rows) are claimed past without being published; the last slot published holds one without rows.
+  // The tile count: the varlen list's, written by the prepare kernel, or the grid's. Read at every claim:
+  // held in one of the producer's 32 registers across the loop, it spilled.
+  __device__ __forceinline__ int tile_count() const {
+    return p.varlen_num_tiles != nullptr ? *p.varlen_num_tiles : p.num_tiles;
+  }
+
   __device__ void run() {
     int linear = int(blockIdx.x);
     for (int number = 0;; linear = next_claim(linear)) {
       TileWork& work = free_slot(bars, number);
       work.has_rows = false;
-      if (linear < p.num_tiles) {
+      if (linear < tile_count()) {
         resolve_tile(p, linear, kCfg.block_m(), kCfg.block_n, work);
         if (!work.has_rows) continue;
       }

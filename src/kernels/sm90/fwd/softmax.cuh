@@ -7,6 +7,7 @@
 // threads of a quad.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "kernels/common/mask.hpp"
@@ -32,6 +33,8 @@ template <int kBlockN, int kSoftExp2Eighths>
 struct RowSoftmax {
   static constexpr int kRegs = kBlockN / 2;   // S floats per thread
   static constexpr int kColBlocks = kBlockN / 8;
+  static constexpr int kMaxChains = 4;  // independent running maxima per row (see step)
+  static_assert(kColBlocks >= kMaxChains, "every chain starts from a column block");
 
   float max_log2[2];  // running (possibly stale) max in log2 units; the exponent offset
   float sum[2];       // this thread's partial row sums (reduced over the quad at the end)
@@ -83,10 +86,21 @@ struct RowSoftmax {
     bool wants_rescale = false;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float m = kNegInf;
+      // kMaxChains running maxima joined at the end, not one: the same comparisons, but a chain of about
+      // kColBlocks / kMaxChains dependent ones between S's arrival and the first exponential.
+      float m[kMaxChains];
 #pragma unroll
-      for (int k = 0; k < kColBlocks; ++k) m = fmaxf(m, fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
-      tile_max[i] = quad_max(m) * scale_log2;
+      for (int c = 0; c < kMaxChains; ++c) m[c] = fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]);
+#pragma unroll
+      for (int k = kMaxChains; k < kColBlocks; ++k) {
+        m[k % kMaxChains] = fmaxf(m[k % kMaxChains], fmaxf(s[4 * k + 2 * i], s[4 * k + 2 * i + 1]));
+      }
+#pragma unroll
+      for (int width = 1; width < kMaxChains; width *= 2) {
+#pragma unroll
+        for (int c = 0; c + width < kMaxChains; c += 2 * width) m[c] = fmaxf(m[c], m[c + width]);
+      }
+      tile_max[i] = quad_max(m[0]) * scale_log2;
       wants_rescale |= needs_rescale(max_log2[i], tile_max[i], kLazyRescaleThresholdLog2);
     }
     // Warp-uniform decision: the O multiply is skipped by the whole warp or done by it.
@@ -95,8 +109,12 @@ struct RowSoftmax {
     for (int i = 0; i < 2; ++i) {
       previous_max[i] = max_log2[i];
       max_log2[i] = rescale ? fmaxf(max_log2[i], tile_max[i]) : max_log2[i];
-      const float offset = exponent_offset(max_log2[i]);
-      float row_sum = 0.0f;
+      // exponent_offset's guard (a row that has seen only masked scores must not compute -inf - -inf) as one
+      // instruction: the lowest finite float instead of 0 serves the same (2^(-inf - offset) is still 0) and
+      // is a max, not a compare and a select.
+      const float offset = fmaxf(max_log2[i], -FLT_MAX);
+      // -0, not 0: p + -0 is p for every p, so the compiler drops the add; p + 0 turns -0 into +0, so it stays.
+      float row_sum = -0.0f;
 #pragma unroll
       for (int k = 0; k < kColBlocks; ++k) {
         // The first kSoftExp2Eighths of every 8 column blocks go to the FMA polynomial.

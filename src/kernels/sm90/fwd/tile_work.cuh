@@ -6,6 +6,7 @@
 #include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_rows.hpp"
 #include "kernels/common/tile_order.hpp"
+#include "kernels/common/varlen_tiles.hpp"
 #include "launch/fwd_params.hpp"
 
 namespace flash4::sm90 {
@@ -21,13 +22,14 @@ struct TileWork {
   int seqlen_q;
   int seqlen_k;
   KeyBlockRange keys;
-  bool has_rows;   // false when the tile lies past the end of its (varlen) sequence
+  bool has_rows;   // false when the tile lies past the end of its sequence (seqused_q of a fixed-length batch)
 };
 
 // Fills `work` (the producer's tile slot in shared memory: the producer has no registers to hold a tile).
 __device__ __forceinline__ void resolve_tile(const FwdKernelParams& p, int linear, int block_m, int block_n,
                                              TileWork& work) {
-  const Tile tile = tile_at(p.order, linear);
+  const Tile tile = p.varlen_units != nullptr ? varlen_tile_at(p.varlen_units, p.heads_q, p.order.longest_first, linear)
+                                              : tile_at(p.order, linear);
   work.batch = tile.batch;
   work.head = tile.head;
   work.head_kv = tile.head / (p.heads_q / p.heads_kv);

@@ -1,5 +1,5 @@
 // Non-tensor bulk copies (cp.async.bulk): contiguous global -> shared loads completing on an mbarrier;
-// the per-thread bulk groups that track shared -> global stores and reduce-adds; the acquire/release
+// shared -> global stores and reduce-adds, and the per-thread bulk groups that track them; the acquire/release
 // flag operations the deterministic backward orders its reduce-adds with.
 #pragma once
 
@@ -27,6 +27,14 @@ __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bul
 // 16-byte aligned, a multiple of 16 bytes), as part of the thread's current bulk group.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* smem, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
+               "r"(smem_address(smem)), "r"(bytes)
+               : "memory");
+}
+
+// Copies `bytes` from this CTA's shared memory to global memory (both addresses 16-byte aligned, a multiple
+// of 16 bytes), as part of the thread's current bulk group.
+__device__ __forceinline__ void bulk_store(void* global, const void* smem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(global),
                "r"(smem_address(smem)), "r"(bytes)
                : "memory");
 }

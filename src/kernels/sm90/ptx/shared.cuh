@@ -75,4 +75,13 @@ __device__ __forceinline__ void store_matrix_x4(uint32_t address, uint32_t m0, u
                : "memory");
 }
 
+// The same, transposed: lane l's address takes column l % 8 of matrix l / 8 (each register's matrix as
+// above), so a thread's pair of adjacent columns lands in two rows.
+__device__ __forceinline__ void store_matrix_x4_trans(uint32_t address, uint32_t m0, uint32_t m1, uint32_t m2,
+                                                      uint32_t m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(m0),
+               "r"(m1), "r"(m2), "r"(m3)
+               : "memory");
+}
+
 }  // namespace flash4::sm90

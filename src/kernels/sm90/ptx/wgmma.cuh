@@ -57,6 +57,11 @@ __device__ __forceinline__ void pin_registers(float (&regs)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(regs[i])::"memory");
 }
 template <int kRows, int kCols>
+__device__ __forceinline__ void pin_registers(float (&regs)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) pin_registers(regs[i]);
+}
+template <int kRows, int kCols>
 __device__ __forceinline__ void pin_registers(uint32_t (&regs)[kRows][kCols]) {
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
