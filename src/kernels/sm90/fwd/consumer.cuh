@@ -77,6 +77,11 @@ struct FwdConsumer {
   static constexpr uint32_t kVLeadingBytes = kBlockN * kSwizzle;       // V is MN-major: the next column block
   // V's low word minus K's: the distance between the tiles and between the leading offsets.
   static constexpr uint32_t kVMinusK = (Layout::kVOffset - Layout::kKOffset) / 16 + ((kVLeadingBytes - 16) / 16 << 16);
+  // add_low's condition, for every tile row: both 14-bit fields stay in range (the shared-memory window
+  // holds every address of the layout plus its alignment slack), so no add carries out of a field.
+  static_assert(kVLeadingBytes / 16 < (1u << 14), "V's leading byte offset overflows its descriptor field");
+  static_assert((Layout::kBarrierOffset + kSmemAlignment) / 16 < (1 << 14),
+                "a shared-memory address overflows the descriptor's start address field");
 
   __device__ __forceinline__ static uint64_t k_major_descriptor(const char* tile) {
     return make_smem_descriptor(tile, 16, kCoreGroupBytes, kSwizzleMode);
