@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import flash4
+from naive_backward import naive_backward
 from test_gpu_call_forms import poison_free_memory
 from test_gpu_ops import (  # noqa: F401  (hopper: the module's skip fixture; needs_backward and its source)
     LSE_FLOOR,
@@ -48,16 +49,22 @@ def sink_attention(q, k, v, keep, sink, precise=True):
     return (out if precise else out.to(dtype)), lse
 
 
-def reference_and_naive(inputs, compute, dout):
-    """[(outputs, gradients of inputs)] of compute() in fp32 and in the naive precision."""
-    results = []
-    for precise in (True, False):
-        leaves = [t.detach().float().requires_grad_() if precise else t.detach().clone().requires_grad_()
-                  for t in inputs]
-        out, lse = compute(*leaves, precise=precise)
-        grads = torch.autograd.grad(out, leaves, dout.float() if precise else dout)
-        results.append((out, lse, grads))
-    return results
+def reference_and_naive(q, k, v, sink, keep, dout):
+    """[(out, lse, (dq, dk, dv, dsink))] of attention with a sink: in fp32 (autograd), then in the naive
+    precision. The naive gradients make a kernel's roundings (naive_backward.py: P and dS rounded, delta =
+    rowsum(dO * O) from the rounded O); dsink = -sum over rows of p_sink * delta, with that delta too, in the
+    sink's dtype. Autograd through the naive forward takes delta from its fp32 O, and its dsink budget missed
+    the O rounding a kernel's delta carries."""
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v, sink)]
+    out, lse = sink_attention(*leaves[:3], keep, leaves[3], precise=True)
+    reference = (out, lse, torch.autograd.grad(out, leaves, dout.float()))
+    with torch.no_grad():
+        naive_out, naive_lse = sink_attention(q, k, v, keep, sink, precise=False)
+        dq, dk, dv = naive_backward(dout, q, k, v, naive_out, naive_lse, keep, q.shape[-1] ** -0.5)
+        delta = (dout.float() * naive_out.float()).sum(-1).transpose(1, 2)  # (B, Hq, Sq)
+        p_sink = torch.exp(sink.float()[None, :, None] - naive_lse)
+        dsink = (-(p_sink * delta).sum((0, 2))).to(sink.dtype)
+    return reference, (naive_out, naive_lse, (dq, dk, dv, dsink))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -72,7 +79,7 @@ def test_sinks_forward_and_gradients(needs_backward, causal, sink_dtype):
     grads = torch.autograd.grad(out, (q, k, v, sink), dout)
     keep = keep_mask(177, 100, causal, (-1, -1))
     (ref_out, ref_lse, ref_grads), (naive_out, naive_lse, naive_grads) = reference_and_naive(
-        (q, k, v, sink), lambda q, k, v, s, precise: sink_attention(q, k, v, keep, s, precise), dout)
+        q, k, v, sink, keep, dout)
     assert_within_rule("out", out, ref_out, naive_out)
     assert_within_rule("lse", lse, ref_lse, naive_lse, LSE_FLOOR)
     assert grads[3].dtype == sink_dtype
@@ -123,8 +130,7 @@ def test_seqused_varlen_with_sinks(needs_backward):
             continue
         keep = keep_mask(used_q[b], used_k[b], True, (-1, -1))
         (ref_out, ref_lse, ref_grads), (naive_out, naive_lse, naive_grads) = reference_and_naive(
-            (q[None, rows_q], k[None, rows_k], v[None, rows_k], sink),
-            lambda q, k, v, s, precise: sink_attention(q, k, v, keep, s, precise), dout[None, rows_q])
+            q[None, rows_q], k[None, rows_k], v[None, rows_k], sink, keep, dout[None, rows_q])
         assert_within_rule(f"out of sequence {b}", out[None, rows_q], ref_out, naive_out)
         assert_within_rule(f"lse of sequence {b}", lse[None, :, rows_q], ref_lse, naive_lse, LSE_FLOOR)
         for name, got, ref, naive in zip(("dq", "dk", "dv"), (dq[None, rows_q], dk[None, rows_k], dv[None, rows_k]),
