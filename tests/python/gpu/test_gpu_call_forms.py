@@ -3,10 +3,13 @@ the torch ops, empty problems, local causal windows, and what the eager path mus
 stream, let go of memory the kernels still read).
 
 Tolerance rule and helpers: tests/python/gpu/test_gpu_ops.py (2 x the error of the naive same-precision
-computation + a floor, against an fp32 reference). Outputs are poisoned: the caching allocator's free memory
-is filled with NaN before a call, so a value the library did not write shows up. Skipped without a CUDA
+computation + a floor, against an fp32 reference). Outputs are poisoned: inside nan_allocations() every
+tensor that torch.empty / torch.empty_like make starts as NaN (or its integer type's largest value), so a value
+the library did not write shows up. Skipped without a CUDA
 device or on a GPU other than sm_90; a case the library was built without skips with its message.
 """
+
+import contextlib
 
 import pytest
 import torch
@@ -29,12 +32,25 @@ from test_gpu_ops import (  # noqa: F401  (hopper: the module's skip fixture; ne
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
-def poison_free_memory():
-    """Fill the memory torch's caching allocator will hand out next with NaN: blocks of the small pool
-    (allocations up to 1 MiB, carved from 2 MiB segments) and one large block."""
-    blocks = [torch.full((256 * 1024,), float("nan"), device="cuda") for _ in range(16)]  # 1 MiB each
-    blocks.append(torch.full((32 << 20,), float("nan"), device="cuda"))
-    del blocks
+@contextlib.contextmanager
+def nan_allocations():
+    """Within the block, tensors from torch.empty and torch.empty_like (the library's outputs, gradients and
+    workspaces) start poisoned: NaN when floating, the largest value of an integer type (a byte workspace then
+    reads as NaN), True when bool. Poisoning what the caching allocator will hand out next is not enough:
+    which block it picks differs between PyTorch versions."""
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poison(tensor):
+        if tensor.is_floating_point():
+            return tensor.fill_(float("nan"))
+        return tensor.fill_(True if tensor.dtype == torch.bool else torch.iinfo(tensor.dtype).max)
+
+    torch.empty = lambda *args, **kwargs: poison(empty(*args, **kwargs))
+    torch.empty_like = lambda *args, **kwargs: poison(empty_like(*args, **kwargs))
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like = empty, empty_like
 
 
 def cu_seqlens(lengths):
@@ -108,11 +124,11 @@ def reference(inputs, split, varlen, dout, precise):
 @pytest.mark.parametrize("form", FORMS)
 def test_call_form_matches_the_reference(needs_backward, form):
     inputs, split, call, varlen = FORMS[form]()
-    poison_free_memory()
-    out, lse = run(call, *inputs)
+    with nan_allocations():
+        out, lse = run(call, *inputs)
     dout = torch.randn_like(out)
-    poison_free_memory()
-    grads = torch.autograd.grad(out, inputs, dout)
+    with nan_allocations():
+        grads = torch.autograd.grad(out, inputs, dout)
     ref_out, ref_lse, ref_grads = reference(inputs, split, varlen, dout, precise=True)
     naive_out, naive_lse, naive_grads = reference(inputs, split, varlen, dout, precise=False)
     assert out.dtype == BF16 and out.shape == ref_out.shape and lse.shape == ref_lse.shape
@@ -195,12 +211,13 @@ def test_flash_attention_2_positional_order_and_flash_attention_3_keywords():
 def test_fixed_length_without_queries_or_keys(needs_backward, seqlen_q, seqlen_k):
     q = randn(2, seqlen_q, 4, 128, requires_grad=True)
     k, v = (randn(2, seqlen_k, 2, 128, requires_grad=True) for _ in "kv")
-    poison_free_memory()
-    out, lse = run(flash4.flash_attn_func, q, k, v, causal=True, return_lse=True)
+    with nan_allocations():
+        out, lse = run(flash4.flash_attn_func, q, k, v, causal=True, return_lse=True)
     assert out.shape == q.shape and lse.shape == (2, 4, seqlen_q)
     assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()  # FlashAttention: O = 0, LSE = -inf
-    poison_free_memory()
-    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    dout = torch.randn_like(out)
+    with nan_allocations():
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
     for name, grad, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
         assert grad.shape == like.shape and torch.equal(grad, torch.zeros_like(grad)), name
 
@@ -214,12 +231,12 @@ def test_varlen_with_empty_sequences(needs_backward, lengths_q, lengths_k):
     q = randn(sum(lengths_q), 8, 128, requires_grad=True)
     k, v = (randn(sum(lengths_k), 2, 128, requires_grad=True) for _ in "kv")
     cu_q, cu_k = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
-    poison_free_memory()
-    out, lse = run(flash4.flash_attn_varlen_func, q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=True,
-                   return_lse=True)
+    with nan_allocations():
+        out, lse = run(flash4.flash_attn_varlen_func, q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                       causal=True, return_lse=True)
     dout = torch.randn_like(out)
-    poison_free_memory()
-    grads = torch.autograd.grad(out, (q, k, v), dout)
+    with nan_allocations():
+        grads = torch.autograd.grad(out, (q, k, v), dout)
     ref_inputs = [t.detach().float().requires_grad_() for t in (q, k, v)]
     ref_out, ref_lse = varlen_attention(*ref_inputs, cu_q, cu_k, True)
     naive_inputs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -287,9 +304,8 @@ def test_backward_with_a_sliced_lse_is_exact_every_time(needs_backward, batch, s
     dout = torch.randn_like(out)
     expected = torch.ops.flash4.bwd(dout, q, k, v, out, lse, *options, None)
     for repeat in range(BACKWARD_REPEATS):
-        if repeat % 2:
-            poison_free_memory()
-        got = torch.ops.flash4.bwd(dout, q, k, v, out, sliced, *options, None)
+        with nan_allocations() if repeat % 2 else contextlib.nullcontext():
+            got = torch.ops.flash4.bwd(dout, q, k, v, out, sliced, *options, None)
         for name, a, b in zip(("dq", "dk", "dv"), got, expected):
             assert torch.equal(a, b), f"{name} differs at repeat {repeat}"
 

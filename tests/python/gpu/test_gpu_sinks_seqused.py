@@ -1,7 +1,7 @@
 """Learnable sinks (FlashAttention-4's learnable_sink) and seqused_q / seqused_k (FlashAttention-3's) on the GPU
 (H200): out, lse and the gradients of q, k, v and the sinks against an fp32 reference, with the tolerance rule
-of test_gpu_ops.py; unused rows (past seqused) keep what the allocator left (poisoned with NaN here) in out and
-lse, and get zero gradients.
+of test_gpu_ops.py; unused rows (past seqused) keep what torch.empty left in out and lse (NaN here:
+test_gpu_call_forms.nan_allocations), and get zero gradients.
 
 The reference treats a sink as one more column of every row's softmax with logit sink[h] (not multiplied by
 softmax_scale) and no value; a row without keys then has out = 0 and lse = sink[h].
@@ -12,7 +12,7 @@ import torch
 
 import flash4
 from naive_backward import naive_backward
-from test_gpu_call_forms import poison_free_memory
+from test_gpu_call_forms import nan_allocations
 from test_gpu_ops import (  # noqa: F401  (hopper: the module's skip fixture; needs_backward and its source)
     LSE_FLOOR,
     assert_within_rule,
@@ -111,9 +111,9 @@ def test_seqused_varlen_with_sinks(needs_backward):
     k, v = (randn(sum(lengths_k), 2, 128, requires_grad=True) for _ in "kv")
     sink = torch.randn(8, device="cuda", requires_grad=True)
     seqused_q, seqused_k = (torch.tensor(n, dtype=torch.int32, device="cuda") for n in (used_q, used_k))
-    poison_free_memory()
-    out, lse = run(flash4.flash_attn_varlen_func, q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=True,
-                   seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=sink, return_lse=True)
+    with nan_allocations():
+        out, lse = run(flash4.flash_attn_varlen_func, q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                       causal=True, seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=sink, return_lse=True)
     dout = torch.randn_like(out)
     dq, dk, dv, dsink = torch.autograd.grad(out, (q, k, v, sink), dout)
     starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
@@ -123,7 +123,7 @@ def test_seqused_varlen_with_sinks(needs_backward):
         rows_k = slice(starts_k[b], starts_k[b] + used_k[b])
         unused_q = slice(starts_q[b] + used_q[b], starts_q[b + 1])
         unused_k = slice(starts_k[b] + used_k[b], starts_k[b + 1])
-        # Left untouched: what the allocator handed out (NaN after the poisoning); no gradient for unused rows.
+        # Left untouched: NaN, as nan_allocations() made them; no gradient for unused rows.
         assert out[unused_q].isnan().all() and lse[:, unused_q].isnan().all(), f"sequence {b}: unused rows written"
         assert not dq[unused_q].any() and not dk[unused_k].any() and not dv[unused_k].any()
         if used_q[b] == 0:
