@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "host/kernel_choice.hpp"
 #include "tolerance.hpp"
 
 namespace flash4::soak {
@@ -33,6 +34,13 @@ GpuRun run_on_gpu(const test::BackwardCase& problem, std::uint64_t seed, std::ui
   run.problem = problem;
   const ref::Problem shape = problem.problem();
   run.inputs = ref::random_inputs(shape, precision_of(problem.dtype), seed);
+  // A build without the problem's dtype or head dim has neither kernel: the forward would refuse it first.
+  const int needed = std::max(problem.head_dim, problem.head_dim_v != 0 ? problem.head_dim_v : problem.head_dim);
+  if (host::serving_head_dim(host::built_forward_kernels(), problem.dtype, needed) == 0 ||
+      host::serving_head_dim(host::built_backward_kernels(), problem.dtype, needed) == 0) {
+    run.unavailable = true;
+    return run;
+  }
   test::BackwardDevice device(problem, run.inputs);
   if (const ::testing::AssertionResult forward = device.forward(); !forward) {
     run.failure = forward.message();

@@ -19,7 +19,7 @@ struct GpuRun {
   ref::Inputs inputs;
   std::vector<float> o, lse, dq, dk, dv;
   std::string failure;      // a call that failed, a CUDA error, or a guard or input that changed; empty if none
-  bool unavailable = false;  // flash4_bwd answered NO_KERNEL: this build lacks the kernel
+  bool unavailable = false;  // this build lacks the problem's kernel (or flash4_bwd answered NO_KERNEL)
 };
 
 GpuRun run_on_gpu(const test::BackwardCase& problem, std::uint64_t seed, std::uint64_t index);
