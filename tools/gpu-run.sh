@@ -137,7 +137,7 @@ if [ -n "$prebuilt" ]; then
   # The Python package's GPU tests against the carried library (a build of its own runs them in gpu-python.sh).
   echo "== pytest tests/python/gpu"
   FLASH4_LIBRARY=$prebuilt/libflash4.so.0 PYTHONPATH=$root/python PYTHONFAULTHANDLER=1 \
-    timeout --signal=INT --kill-after=20 "${FLASH4_PYTEST_TIMEOUT_S:-300}" python3 -m pytest -q -rfE \
+    timeout --signal=INT --kill-after=20 "${FLASH4_PYTEST_TIMEOUT_S:-300}" python3 -m pytest -q -rfEs \
     -p no:cacheprovider "$root/tests/python/gpu" >"$out/pytest-gpu.log" 2>&1 || status=1
   echo "pytest (GPU): $(grep -E '^=+ .*(passed|failed|error).* =+$' "$out/pytest-gpu.log" | tail -1)"
 fi
