@@ -53,6 +53,12 @@ def flash_attn_with_kvcache(
     small to fill the GPU; n >= 1 asks for n splits (at most 128, and one per 64 keys). rotary embeddings,
     cache_leftpad and alibi_slopes are not supported (NotImplementedError). The cache must be 16-byte aligned
     with strides of 16-byte multiples (it is written in place, so it is never copied).
+
+    Outside CUDA graph capture and torch.compile, the values of cache_seqlens, cache_batch_idx and block_table
+    are checked against the cache on the host (check_device_values): one device-to-host copy, so the call
+    waits for the stream. A serving loop avoids that wait by capturing its step in a CUDA graph or by calling
+    torch.ops.flash4.kvcache, which does not read them: there a bad value gives NaN rows of out and lse and
+    nothing written outside the cache.
     """
     for name, value in zip(_NOT_SUPPORTED, (rotary_cos, rotary_sin, cache_leftpad, alibi_slopes)):
         if value is not None:
