@@ -35,7 +35,7 @@ GpuRun run_on_gpu(const test::BackwardCase& problem, std::uint64_t seed, std::ui
   const ref::Problem shape = problem.problem();
   run.inputs = ref::random_inputs(shape, precision_of(problem.dtype), seed);
   // A build without the problem's dtype or head dim has neither kernel: the forward would refuse it first.
-  const int needed = std::max(problem.head_dim, problem.head_dim_v != 0 ? problem.head_dim_v : problem.head_dim);
+  const int needed = host::needed_head_dim(problem);
   if (host::serving_head_dim(host::built_forward_kernels(), problem.dtype, needed) == 0 ||
       host::serving_head_dim(host::built_backward_kernels(), problem.dtype, needed) == 0) {
     run.unavailable = true;
