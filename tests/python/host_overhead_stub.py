@@ -65,16 +65,22 @@ def run_on_cpu(stub):
         op.register_kernel("cpu")(op._init_fn)
 
 
-def per_call_us(fn, calls, repeats):
-    for _ in range(calls // 5):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        for _ in range(calls):
+def per_call_us(fns, calls, repeats):
+    """Per call, the least over `repeats` loops of each of `fns`. The functions take turns within every repeat
+    (in alternating order), so that a stretch of load on the machine, which only ever adds time, reaches them
+    alike rather than one function's loops alone."""
+    for fn in fns:
+        for _ in range(calls // 5):
             fn()
-        times.append((time.thread_time() - start) / calls * 1e6)
-    return min(times)  # other processes only ever add time
+    times = [[] for _ in fns]
+    for repeat in range(repeats):
+        order = range(len(fns)) if repeat % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            start = time.thread_time()
+            for _ in range(calls):
+                fns[i]()
+            times[i].append((time.thread_time() - start) / calls * 1e6)
+    return [min(t) for t in times]
 
 
 def timed(path, mode):
@@ -102,11 +108,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     run_on_cpu(open_library(args.stub))
     unit = torch.zeros(4)
-    results = {"torch.add (tiny CPU tensors, for scale)": per_call_us(lambda: torch.add(unit, unit), args.calls,
-                                                                       args.repeats)}
+    [add_us] = per_call_us([lambda: torch.add(unit, unit)], args.calls, args.repeats)
+    results = {"torch.add (tiny CPU tensors, for scale)": add_us}
+    paths = ("eager", "torch.library")
     for mode in MODES:
-        for path in ("eager", "torch.library"):
-            results[f"{mode} {path}"] = per_call_us(timed(path, mode), args.calls, args.repeats)
+        for path, us in zip(paths, per_call_us([timed(path, mode) for path in paths], args.calls, args.repeats)):
+            results[f"{mode} {path}"] = us
     if args.json:
         print(json.dumps(results))
     else:
