@@ -21,14 +21,20 @@ Each row: mode "decode", D, causal (false: with N >> seqlen_q the mask changes n
 is_causal would align it top-left), N, B, H (heads_q), Hkv, Sq, page_size (0: contiguous), provider, ms,
 tflops (4 B H Sq N D / time), bandwidth_tbs (K and V bytes read, B N Hkv D 2 x 2 bytes, / time). flash4 rows
 also carry max_abs_diff, against the first SDPA backend that ran, and host_us, the host time to enqueue one
-call (the Python op fills the C struct through ctypes: a row whose ms is near it measures the host). Timing: triton.testing.do_bench's median
-(it zeroes a 256 MB buffer between calls, so the cache is not served from L2). The summary lists, per case,
-flash4 / fastest SDPA / fa4_cute and the ratios.
+call (the Python op fills the C struct through ctypes: a row whose ms is near it measures the host). Timing:
+triton.testing.do_bench's median (it zeroes a 256 MB buffer between calls, so the cache is not served from
+L2). Every provider is timed twice: eager (ms), each call launched from Python, as above; and replayed from a CUDA graph (graph_ms,
+graph_bandwidth_tbs), as a serving loop runs its step, which leaves the host out: the graph holds one call on
+each of enough copies of the case (their K + V together at least twice the L2) that no call finds its cache
+in L2, and graph_ms is the replay's median over the number of calls. A provider that cannot be captured has
+no graph figures (the header's failures say why; --no-graph skips them). The summary lists, per case, flash4 /
+fastest SDPA / fa4_cute and the ratios, eager and under the graph.
 """
 
 import argparse
 import datetime
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -58,6 +64,7 @@ def parse_args(argv=None):
     parser.add_argument("--warmup-ms", type=float, default=20)
     parser.add_argument("--repeat-ms", type=float, default=80)
     parser.add_argument("--no-fa4", action="store_true", help="leave fa4_cute out")
+    parser.add_argument("--no-graph", action="store_true", help="time eager calls only")
     return parser.parse_args(argv)
 
 
@@ -138,6 +145,42 @@ def median_ms(fn, args):
     return do_bench(fn, warmup=args.warmup_ms, rep=args.repeat_ms, return_mode="median")
 
 
+def graph_copies(case):
+    """How many copies of a case the graph timing rotates through: their K + V together at least twice the L2."""
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    return max(1, math.ceil(2 * l2_bytes / kv_bytes(case.batch, case.context)))
+
+
+def graph_ms(fns, args):
+    """Per-call median ms of fns (one call each, on distinct copies of a case) replayed from one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capturing stream, as CUDA graph capture asks
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in fns:
+            fn()
+    return median_ms(graph.replay, args) / len(fns)
+
+
+def with_graph(row_, case, make_fn, copies, args, failures):
+    """row_ with graph_ms / graph_bandwidth_tbs from make_fn(copy) over the copies, or unchanged (the failure
+    recorded) when the provider cannot be captured."""
+    if args.no_graph:
+        return row_
+    try:
+        ms = graph_ms([make_fn(c) for c in copies], args)
+    except Exception as error:  # a provider that syncs or allocates on the host while capturing
+        failures.setdefault(f"{row_['provider']} graph", f"{type(error).__name__}: {str(error).splitlines()[0][:300]}")
+        torch.cuda.synchronize()
+        return row_
+    tbs = kv_bytes(case.batch, case.context) / ms / 1e9
+    return row_ | dict(graph_ms=round(ms, 5), graph_bandwidth_tbs=round(tbs, 3))
+
+
 def row(case, provider, ms, **extra):
     return dict(mode="decode", dtype="bf16", D=HEAD_DIM, causal=False, N=case.context, B=case.batch, H=HEADS_Q,
                 Hkv=HEADS_KV, Sq=case.seqlen_q, page_size=case.page_size, provider=provider, ms=round(ms, 5),
@@ -145,27 +188,49 @@ def row(case, provider, ms, **extra):
                 bandwidth_tbs=round(kv_bytes(case.batch, case.context) / ms / 1e9, 3), **extra)
 
 
-def run_case(case, args, failures):
+def run_case(case, copies, args, failures):
+    """The rows of one case; copies: the case and its copies for the graph timing (graph_copies)."""
     rows, reference = [], None
+    max_bytes = args.max_cache_gb * 1e9
     for name, backend in SDPA_BACKENDS.items():
         try:
-            fn, gqa = sdpa_fn(case, backend, args.max_cache_gb * 1e9)
+            fn, gqa = sdpa_fn(case, backend, max_bytes)
             if reference is None:
                 reference = fn().transpose(1, 2).float()
-            rows.append(row(case, name, median_ms(fn, args), gqa=gqa))
+            timed = row(case, name, median_ms(fn, args), gqa=gqa)
         except RuntimeError as error:
             failures.setdefault(name, str(error).split("\n")[0][:300])
+            continue
+        rows.append(with_graph(timed, case, lambda c, b=backend: sdpa_fn(c, b, max_bytes)[0], copies, args, failures))
     fn = flash4_fn(case)
     diff = None if reference is None else round((fn().float() - reference).abs().max().item(), 5)
-    rows.append(row(case, "flash4", median_ms(fn, args), max_abs_diff=diff, host_us=round(py_bench.host_us(fn), 1)))
+    timed = row(case, "flash4", median_ms(fn, args), max_abs_diff=diff, host_us=round(py_bench.host_us(fn), 1))
+    rows.append(with_graph(timed, case, flash4_fn, copies, args, failures))
     if not args.no_fa4 and "fa4_cute_import" not in failures:
         try:
-            rows.append(row(case, "fa4_cute", median_ms(fa4_fn(case), args)))
+            timed = row(case, "fa4_cute", median_ms(fa4_fn(case), args))
+            rows.append(with_graph(timed, case, fa4_fn, copies, args, failures))
         except ImportError as error:
             failures["fa4_cute_import"] = str(error)[:300]
         except Exception as error:  # its compile or a shape it does not run on this GPU: record, go on
             failures.setdefault(f"fa4_cute page_size={case.page_size}", f"{type(error).__name__}: {str(error)[:300]}")
     return rows
+
+
+def graph_summary(group, by):
+    """The summary's graph-replay columns of one case: flash4's bandwidth and its ratios to the peers."""
+    flash4_ms = by.get("flash4", {}).get("graph_ms")
+    if flash4_ms is None:
+        return {}
+    line = dict(flash4_graph_tbs=by["flash4"]["graph_bandwidth_tbs"])
+    sdpa = min((r for r in group if r["provider"].startswith("sdpa") and "graph_ms" in r), key=lambda r: r["graph_ms"],
+               default=None)
+    if sdpa is not None:
+        line |= dict(sdpa_graph_fastest=sdpa["provider"], flash4_vs_sdpa_graph=round(sdpa["graph_ms"] / flash4_ms, 3))
+    if "graph_ms" in by.get("fa4_cute", {}):
+        line |= dict(fa4_graph_tbs=by["fa4_cute"]["graph_bandwidth_tbs"],
+                     flash4_vs_fa4_graph=round(by["fa4_cute"]["graph_ms"] / flash4_ms, 3))
+    return line
 
 
 def summary(rows):
@@ -184,6 +249,7 @@ def summary(rows):
         if "fa4_cute" in by:
             line |= dict(fa4_tbs=by["fa4_cute"]["bandwidth_tbs"],
                          flash4_vs_fa4=round(by["fa4_cute"]["ms"] / by["flash4"]["ms"], 3))
+        line |= graph_summary(group, by)
         lines.append(line)
     return lines
 
@@ -204,12 +270,15 @@ def main(argv=None):
                         skipped.append(f"{shape}: K+V {kv_bytes(batch, context) / 1e9:.1f} GB > --max-cache-gb")
                         continue
                     case = Case(batch, context, seqlen_q, page)
-                    new = run_case(case, args, failures)
+                    copies = [case] + [Case(batch, context, seqlen_q, page)
+                                       for _ in range(0 if args.no_graph else graph_copies(case) - 1)]
+                    new = run_case(case, copies, args, failures)
                     rows += new
                     for r in new:
-                        print(f"{shape} {r['provider']:>15}: {r['ms']:.4f} ms {r['bandwidth_tbs']:.2f} TB/s",
+                        graph = f", graph {r['graph_bandwidth_tbs']:.2f} TB/s" if "graph_ms" in r else ""
+                        print(f"{shape} {r['provider']:>15}: {r['ms']:.4f} ms {r['bandwidth_tbs']:.2f} TB/s{graph}",
                               flush=True)
-                    del case
+                    del case, copies
                     torch.cuda.empty_cache()
     meta |= dict(skipped=skipped, failures=failures)
     args.out.parent.mkdir(parents=True, exist_ok=True)
