@@ -41,7 +41,9 @@ def check_tensor_type(name, t):
 
 def check_qkv(q, k, v, varlen, need_cuda=True):
     """q, k, v of one attention call: (B, S, H, D) each, or (total, H, D) each when varlen, v's D possibly
-    another (head_dim_v). need_cuda=False for shape inference, which also serves meta tensors."""
+    another (head_dim_v). need_cuda=False for shape inference, which also serves meta tensors. Any strides
+    pass: the launch copies what TMA cannot read in place (flash4._launch.tma_ready), a strided last dimension
+    included, as FlashAttention's maybe_contiguous does."""
     if not _plainly_valid(q, k, v, varlen, need_cuda):
         _explain_qkv(q, k, v, varlen, need_cuda)
 
@@ -66,7 +68,6 @@ def _plainly_valid(q, k, v, varlen, need_cuda):
             and dtype in DTYPES and k.dtype == dtype and v.dtype == dtype
             and (q.is_cuda and k.is_cuda and v.is_cuda or not need_cuda)
             and k.get_device() == device and v.get_device() == device
-            and q.stride()[-1] == 1 and k.stride()[-1] == 1 and v.stride()[-1] == 1
             and HEAD_DIM_STEP <= head_dim <= MAX_HEAD_DIM and head_dim % HEAD_DIM_STEP == 0 and k_head_dim == head_dim
             and 0 <= q_rows <= INT32_MAX and 0 <= k_rows <= INT32_MAX and 1 <= heads_kv <= heads_q <= INT32_MAX
             and heads_q % heads_kv == 0
@@ -119,6 +120,9 @@ def check_paged_qkv(q, k, v, block_table):
         if t.dim() != rank:
             raise ValueError(f"{name} must be {rank}-D {layout} with block_table, got shape {tuple(t.shape)}")
         _check_placement(name, t, q, need_cuda=True)
+    for name, t in (("k", k), ("v", v)):  # the cache is read in place (a copy would cost more than the call)
+        if t.stride(-1) != 1 and t.shape[-1] != 1:
+            raise ValueError(f"{name} must be contiguous in its last (head_dim) dimension, got strides {t.stride()}")
     head_dim = q.shape[-1]
     if head_dim not in HEAD_DIMS:
         raise NotImplementedError(
@@ -150,7 +154,7 @@ def check_paged_qkv(q, k, v, block_table):
 
 
 def _check_placement(name, t, q, need_cuda):
-    """dtype, device and a contiguous last dimension: what the kernels' loads need of every tensor."""
+    """dtype and device, one for every tensor of a call."""
     dtype = t.dtype
     if dtype not in DTYPES:
         raise TypeError(f"{name} has dtype {dtype}; flash4 supports torch.bfloat16 and torch.float16")
@@ -160,8 +164,6 @@ def _check_placement(name, t, q, need_cuda):
         raise ValueError(f"{name} is on {t.device}; flash4 runs on CUDA tensors")
     if t.get_device() != q.get_device():
         raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if t.stride(-1) != 1 and t.shape[-1] != 1:
-        raise ValueError(f"{name} must be contiguous in its last (head_dim) dimension, got strides {t.stride()}")
 
 
 def _check_sizes(name, shape, varlen):
@@ -252,16 +254,23 @@ def check_scales(softmax_scale, softcap):
 
 
 def window_edges(window_size, causal):
-    """(left, right) of FlashAttention's window_size, -1 for unbounded (None too, as FlashAttention-4 writes
-    it); causal=True makes the right edge 0 and keeps the left (local causal attention)."""
+    """(left, right) of FlashAttention's window_size, -1 for unbounded: any negative edge, as FlashAttention-2
+    and -3 read it, and None, as FlashAttention-4 writes it. causal=True makes the right edge 0 and keeps the
+    left (local causal attention)."""
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise TypeError(f"window_size must be a pair (left, right), got {window_size!r}")
     left, right = window_size
-    left = -1 if left is None else left
-    right = -1 if right is None else right
-    check_int("window_size[0]", left, low=-1)
-    check_int("window_size[1]", right, low=-1)
+    left = _window_edge("window_size[0]", left)
+    right = _window_edge("window_size[1]", right)
     return left, 0 if causal else right
+
+
+def _window_edge(name, value):
+    """-1 for None and every negative int (the C ABI takes only -1 for unbounded), else the checked int."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return -1
+    check_int(name, value, low=0)
+    return value
 
 
 def reject_unsupported(name, value, neutral):
@@ -272,15 +281,27 @@ def reject_unsupported(name, value, neutral):
         raise NotImplementedError(f"{name}={value!r} is not supported by flash4 (only {accepted})")
 
 
+_POSITIONAL_HINT = ("FlashAttention-2's positional order is q, k, v, dropout_p, softmax_scale, causal; pass "
+                    "FlashAttention-3's softmax_scale by keyword")
+
+
 def check_dropout(dropout_p):
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise TypeError(f"dropout_p must be a number, got {type(dropout_p).__name__}")
+        raise TypeError(f"dropout_p must be a number, got {type(dropout_p).__name__} ({_POSITIONAL_HINT})")
     if dropout_p != 0:
         raise NotImplementedError(
-            f"dropout_p={dropout_p!r}: flash4 has no attention dropout, only dropout_p=0.0 (FlashAttention-2's "
-            f"positional order is q, k, v, dropout_p, softmax_scale, causal; pass FlashAttention-3's softmax_scale "
-            f"by keyword)"
+            f"dropout_p={dropout_p!r}: flash4 has no attention dropout, only dropout_p=0.0 ({_POSITIONAL_HINT})"
         )
+
+
+def check_hint(name, value):
+    """FlashAttention-3's performance hints, which change no result and which flash4 ignores once checked:
+    pack_gqa None or a bool, num_splits and sm_margin ints >= 0."""
+    if name == "pack_gqa":
+        if value is not None:
+            check_flag(name, value)
+    else:
+        check_int(name, value, low=0)
 
 
 SINK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # FlashAttention-4's; the kernels read float32

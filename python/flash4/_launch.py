@@ -73,7 +73,8 @@ def tma_ready(t):
     """(t, its flash4_strides) when the kernel's TMA loads can read t in place, else a packed copy's.
 
     Legal torch views can break TMA's alignment (a column slice of a wider buffer, the stride-0 expand that
-    autograd hands the backward for out.sum()); copying those is better than refusing them.
+    autograd hands the backward for out.sum(), a strided last dimension); copying those is better than refusing
+    them, as FlashAttention's maybe_contiguous does.
     clone(contiguous_format) rather than contiguous(): the latter keeps odd strides on size-1 dimensions.
     """
     abi_strides = _in_place_strides(t.stride())

@@ -4,7 +4,8 @@ The positional order is FlashAttention-2's: (q, k, v, dropout_p, softmax_scale, 
 alibi_slopes, deterministic, return_attn_probs). FlashAttention-3's and -4's extra arguments are accepted by
 keyword at their neutral values (they ask nothing of flash4) and raise NotImplementedError naming them
 otherwise, as do dropout_p != 0, alibi_slopes and return_attn_probs=True (flash4 computes no attention
-probabilities; return_lse=True gives (out, lse)). The packed forms are in flash4.packed.
+probabilities; return_lse=True gives (out, lse)). FlashAttention-3's performance hints (num_splits, pack_gqa,
+sm_margin) change no result: they are checked and ignored. The packed forms are in flash4.packed.
 
 Every argument is checked here, in plain Python, before anything is launched (flash4._checks): the checks
 need neither a GPU nor the shared library and run on fake tensors, and each message names the argument at
@@ -12,7 +13,7 @@ fault. The C ABI validates again and its messages come through as flash4.Flash4E
 
 Masking follows FlashAttention: causal is aligned to the bottom right when seqlen_q != seqlen_k, and
 window_size = (left, right) keeps key j for query i iff i + Sk - Sq - left <= j <= i + Sk - Sq + right,
--1 (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local causal
+a negative edge (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local causal
 attention). A query row that sees no key (a fully masked row, or a sequence without keys) gets out = 0 and
 lse = -inf (its sink with learnable_sink), and passes no gradient to q, k and v.
 """
@@ -23,17 +24,18 @@ from torch._subclasses.fake_tensor import is_fake
 from . import _checks, _eager, _launch, ops  # noqa: F401  (ops registers torch.ops.flash4.*, which run() calls)
 from ._launch import Options, Varlen
 
-# FlashAttention-3/-4 keyword arguments and the values at which they ask nothing of flash4.
+# FlashAttention-3/-4 keyword arguments that change the result, and the values at which they ask nothing of
+# flash4.
 _NEUTRAL = {
     "qv": (None,),  # FA3: an extra query-value product
     "q_descale": (None,), "k_descale": (None,), "v_descale": (None,),  # FA3: fp8 scales
     "attention_chunk": (0,),  # FA3: chunked attention
-    "num_splits": (1, 0),  # FA3: split-KV count (1: none, 0: the library's choice)
-    "pack_gqa": (None,),  # FA3: the library's choice of GQA packing
-    "sm_margin": (0,),  # FA3: SMs left free for other work
     "learnable_sink": (None,),  # FA4: attention sinks (taken by flash_attn_func and flash_attn_varlen_func)
 }
 _VARLEN_NEUTRAL = _NEUTRAL | {"seqused_q": (None,), "seqused_k": (None,)}  # FA3: used rows per sequence
+# FlashAttention-3's performance hints (split-KV count, GQA packing, SMs left free for other work): they change
+# no result, so any valid value is accepted and ignored (flash4 plans its own launches).
+HINTS = ("num_splits", "pack_gqa", "sm_margin")
 
 
 def flash_attn_func(
@@ -42,7 +44,8 @@ def flash_attn_func(
 ):
     """Exact attention over q (B, Sq, Hq, D), k (B, Sk, Hkv, D) and v (B, Sk, Hkv, Dv).
 
-    bf16 or fp16 CUDA tensors, any strides with a contiguous last dimension (views of a packed qkv work),
+    bf16 or fp16 CUDA tensors, any strides (views of a packed qkv work in place; a layout the kernels cannot
+    read, such as a strided last dimension, is copied first, gradients flowing back to the original),
     D and Dv multiples of 8 from 8 to 256 (Dv = D usually; e.g. 192 and 128 too), Hq a multiple of Hkv
     (GQA/MQA), Sq and Sk >= 0 (a sequence without keys gives out = 0, lse = -inf). softmax_scale defaults to
     1/sqrt(D); softcap > 0 replaces each score s by
@@ -51,8 +54,10 @@ def flash_attn_func(
     fp16), joining every row's softmax as a column without a value; it is not multiplied by softmax_scale, a
     row without keys then gets out = 0 and lse = its sink, and it receives a gradient when it requires one.
     dropout_p must be 0, alibi_slopes None, return_attn_probs False; FlashAttention-3/-4 keywords (qv,
-    q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin) only at their neutral
-    values. causal, deterministic and the return flags must be bools.
+    q_descale, k_descale, v_descale, attention_chunk) only at their neutral values; FlashAttention-3's
+    performance hints (num_splits and sm_margin ints >= 0, pack_gqa None or a bool) are accepted and ignored.
+    window_size edges: ints, any negative one (or None) unbounded. causal, deterministic and the return flags
+    must be bools.
 
     Returns out (B, Sq, Hq, Dv), as FlashAttention does, or (out, lse) with return_lse: lse (B, Hq, Sq) fp32,
     the natural-log sum of exp of each query row's scores. lse carries no gradient.
@@ -269,6 +274,9 @@ def _reject_unsupported(dropout_p, alibi_slopes, return_attn_probs, extra_kwargs
         )
     if extra_kwargs:
         for name, value in extra_kwargs.items():
+            if name in HINTS:
+                _checks.check_hint(name, value)
+                continue
             if name not in neutral:
                 raise TypeError(f"unexpected keyword argument {name!r} (not a FlashAttention-2/3/4 argument)")
             _checks.reject_unsupported(name, value, neutral[name])

@@ -12,10 +12,11 @@ seqlen_q, heads_q, head_dim_v), and with return_softmax_lse=True also the natura
 seqlen_q) fp32. No gradient. The C ABI is include/flash4/flash4_kvcache.h.
 
 Arguments are checked here before anything is launched, each message naming the argument. In eager mode the
-device-side values (cache_seqlens, cache_batch_idx and the block_table entries each sequence uses) are also
-checked on the host, which copies them from the device and so waits for the stream; under torch.compile and
-CUDA graph capture that check is skipped, and the kernel's own rule applies: a sequence with unusable values
-gets NaN output rows, and nothing is read or written outside the cache.
+device-side values (a tensor cache_seqlens, cache_batch_idx and the block_table entries each sequence uses) are
+also checked on the host, which copies them from the device and so waits for the stream; a call with none of
+them (cache_seqlens an int or None, no cache_batch_idx, no block_table) has nothing there to check and does
+not wait. Under torch.compile and CUDA graph capture that check is skipped, and the kernel's own rule applies:
+a sequence with unusable values gets NaN output rows, and nothing is read or written outside the cache.
 """
 
 import ctypes
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from . import _kvcache_abi, _launch
+from . import _checks, _kvcache_abi, _launch
 from ._checks import DTYPES, HEAD_DIMS
 from ._checks import check_int as _check_int
 from ._loader import load_library
@@ -35,14 +36,18 @@ from .interface import _values_readable, make_options
 MAX_SPLITS = 128
 _CHUNK_BYTES = 16  # the kernels move 16-byte chunks: pointers and strides must be multiples of it
 _NOT_SUPPORTED = ("rotary_cos", "rotary_sin", "cache_leftpad", "alibi_slopes")
+# FlashAttention-3's keywords that change the result and have no flash4 counterpart, at their neutral values.
+_FA3_NOT_SUPPORTED = {"qv": None, "q_descale": None, "k_descale": None, "v_descale": None, "rotary_seqlens": None,
+                      "cu_seqlens_q": None, "cu_seqlens_k_new": None, "max_seqlen_q": None, "attention_chunk": 0}
 
 
 def flash_attn_with_kvcache(
     q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
     cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-    rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
+    rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *, page_table=None,
+    pack_gqa=None, sm_margin=0, scheduler_metadata=None, **flash_attn_3_kwargs,
 ):
-    """FlashAttention's flash_attn_with_kvcache (its argument order), on flash4's decode kernel.
+    """FlashAttention's flash_attn_with_kvcache (FlashAttention-2's argument order), on flash4's decode kernel.
 
     bf16 or fp16 CUDA tensors, head dims (q and k's, v's) multiples of 8 up to 256, heads_q a multiple of
     heads_kv (GQA/MQA: the query heads of a KV head are processed together, so each cache byte is read once).
@@ -52,18 +57,26 @@ def flash_attn_with_kvcache(
     num_splits: 0 lets a heuristic split each sequence's keys over several kernel blocks when the batch is too
     small to fill the GPU; n >= 1 asks for n splits (at most 128, and one per 64 keys). rotary embeddings,
     cache_leftpad and alibi_slopes are not supported (NotImplementedError). The cache must be 16-byte aligned
-    with strides of 16-byte multiples (it is written in place, so it is never copied).
+    with strides of 16-byte multiples (it is written in place, so it is never copied); q, k and v may have any
+    strides (a layout the kernel cannot read, a strided last dimension included, is copied first).
 
-    Outside CUDA graph capture and torch.compile, the values of cache_seqlens, cache_batch_idx and block_table
-    are checked against the cache on the host (check_device_values): one device-to-host copy, so the call
-    waits for the stream. A serving loop avoids that wait by capturing its step in a CUDA graph or by calling
-    torch.ops.flash4.kvcache, which does not read them: there a bad value gives NaN rows of out and lse and
-    nothing written outside the cache.
+    FlashAttention-3's keywords, keyword-only here (its positional order differs): page_table is block_table
+    (passing both is an error); pack_gqa, sm_margin and scheduler_metadata are performance hints, accepted and
+    ignored; qv, q_descale, k_descale, v_descale, rotary_seqlens, cu_seqlens_q, cu_seqlens_k_new and
+    max_seqlen_q other than None, and attention_chunk other than 0, raise NotImplementedError.
+
+    Outside CUDA graph capture and torch.compile, the values of a tensor cache_seqlens, cache_batch_idx and
+    block_table are checked against the cache on the host (check_device_values): one device-to-host copy, so
+    the call waits for the stream. An int cache_seqlens is checked on the host as it is, so a call with
+    neither cache_batch_idx nor block_table does not wait. A serving loop avoids that wait by capturing its
+    step in a CUDA graph or by calling torch.ops.flash4.kvcache, which does not read them: there a bad value
+    gives NaN rows of out and lse and nothing written outside the cache.
     """
     for name, value in zip(_NOT_SUPPORTED, (rotary_cos, rotary_sin, cache_leftpad, alibi_slopes)):
         if value is not None:
             raise NotImplementedError(f"flash4.flash_attn_with_kvcache does not support {name}; pass None")
-    del rotary_interleaved  # only meaningful with rotary_cos / rotary_sin
+    block_table = _fa3_keywords(block_table, page_table, pack_gqa, sm_margin, flash_attn_3_kwargs)
+    del rotary_interleaved, scheduler_metadata  # rotary_interleaved: only meaningful with rotary_cos / rotary_sin
     paged = block_table is not None
     _check_tensors(q, k_cache, v_cache, k, v, paged)
     batch = q.shape[0]
@@ -78,9 +91,11 @@ def flash_attn_with_kvcache(
         raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences but q has batch {batch}; without "
                          f"cache_batch_idx sequence b uses cache sequence b")
     capacity = k_cache.shape[1] * (block_table.shape[1] if paged else 1)
+    # _cache_seqlens_tensor range-checks an int cache_seqlens on the host: only tensors given need the copy.
+    device_values = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None or paged
     cache_seqlens = _cache_seqlens_tensor(cache_seqlens, q, capacity, seqlen_new)
     _check_int("num_splits", num_splits, low=0, high=MAX_SPLITS)
-    if _values_readable(q) and (cache_seqlens is not None or cache_batch_idx is not None or paged):
+    if device_values and _values_readable(q):
         check_device_values(cache_seqlens, seqlen_new, capacity, k_cache.shape[0], cache_batch_idx, block_table,
                             k_cache.shape[1] if paged else 0)
     # flash_attn_func's checks; the last of its options (deterministic) concerns only a backward.
@@ -88,6 +103,25 @@ def flash_attn_with_kvcache(
     out, lse = torch.ops.flash4.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                                         *options, num_splits)
     return (out, lse) if return_softmax_lse else out
+
+
+def _fa3_keywords(block_table, page_table, pack_gqa, sm_margin, extra_kwargs):
+    """block_table after FlashAttention-3's keywords are checked: page_table is its FA3 name, pack_gqa and
+    sm_margin are performance hints (ignored once checked), and those in _FA3_NOT_SUPPORTED must be neutral."""
+    _checks.check_hint("pack_gqa", pack_gqa)
+    _checks.check_hint("sm_margin", sm_margin)
+    for name, value in extra_kwargs.items():
+        if name not in _FA3_NOT_SUPPORTED:
+            raise TypeError(f"unexpected keyword argument {name!r} (not a FlashAttention-2/3 argument)")
+        neutral = _FA3_NOT_SUPPORTED[name]
+        if not (value is neutral or type(value) is type(neutral) and value == neutral):
+            raise NotImplementedError(f"flash4.flash_attn_with_kvcache does not support {name}; pass {neutral!r}")
+    if page_table is None:
+        return block_table
+    if block_table is not None:
+        raise ValueError("block_table and page_table are one argument (FlashAttention-2's and -3's names for the "
+                         "paged cache's table); pass one of them")
+    return page_table
 
 
 def check_device_values(cache_seqlens, seqlen_new, capacity, cache_slots, cache_batch_idx=None, block_table=None,
@@ -145,9 +179,12 @@ def _check_tensors(q, k_cache, v_cache, k, v, paged):
         if t.dtype not in DTYPES or t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype}; flash4 supports torch.bfloat16 and torch.float16, one "
                             f"dtype for all tensors (q has {q.dtype})")
-        if t.dim() != 4 or t.stride(-1) != 1:
-            raise ValueError(f"{name} must be 4-D {shape} with a contiguous last dimension, got shape "
-                             f"{tuple(t.shape)} and strides {t.stride()}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D {shape}, got shape {tuple(t.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):  # written in place, so never copied
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dimension, got strides {t.stride()}; it is "
+                             f"updated in place, so flash4 cannot copy it")
     batch, _, heads_q, head_dim = q.shape
     head_dim_v = v_cache.shape[-1]
     if min(q.shape) < 1 or min(k_cache.shape) < 1:

@@ -8,7 +8,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flash4
-from flash4 import _launch, flash_attn_func, flash_attn_varlen_func
+from flash4 import _launch, flash_attn_func, flash_attn_varlen_func, ops
 from flash4._checks import check_cu_seqlens_values
 from flash4.interface import _values_readable, make_options
 
@@ -62,7 +62,6 @@ BAD_ARGUMENTS = [
     (lambda: {"v": t(2, 64, 8, 64, dtype=FP16)}, TypeError, "v has dtype torch.float16 but q has torch.bfloat16"),
     (lambda: {"q": t(64, 8, 64)}, ValueError,
      r"q must be 4-D \(batch, seqlen, heads, head_dim\), got shape \(64, 8, 64\)"),
-    (lambda: {"k": t(2, 64, 64, 8).transpose(-1, -2)}, ValueError, "k must be contiguous in its last"),
     (lambda: {"q": t(0, 64, 8, 64), "k": t(0, 64, 8, 64), "v": t(0, 64, 8, 64)}, ValueError,
      r"q has shape \(0, 64, 8, 64\); its batch must be in \[1, 2\*\*31 - 1\]"),
     (lambda: {"k": t(2, 64, 0, 64), "v": t(2, 64, 0, 64)}, ValueError, r"k has shape .*; its heads must be in \[1"),
@@ -90,7 +89,8 @@ BAD_ARGUMENTS = [
     (lambda: {"softcap": 1e38}, ValueError, "gives softmax_scale / softcap = .* in float32"),
     (lambda: {"softcap": "30"}, TypeError, "softcap must be a number, got str"),
     (lambda: {"window_size": 128}, TypeError, "window_size must be a pair"),
-    (lambda: {"window_size": (-2, 0)}, ValueError, r"window_size\[0\] must be in \[-1, "),
+    (lambda: {"window_size": (2**31, 0)}, ValueError, r"window_size\[0\] must be in \[0, 2147483647\], got 2147483648"),
+    (lambda: {"window_size": ("-2", 0)}, TypeError, r"window_size\[0\] must be an int, got str"),
     (lambda: {"window_size": (0, 1.5)}, TypeError, r"window_size\[1\] must be an int, got float"),
     (lambda: {"window_size": (True, 0)}, TypeError, r"window_size\[0\] must be an int, got bool"),
     # Flags are bools, never coerced.
@@ -102,6 +102,11 @@ BAD_ARGUMENTS = [
     # FlashAttention-2 arguments flash4 cannot honour.
     (lambda: {"dropout_p": 0.1}, NotImplementedError, r"dropout_p=0.1: flash4 has no attention dropout"),
     (lambda: {"dropout_p": "0"}, TypeError, "dropout_p must be a number, got str"),
+    # FlashAttention-3's positional order (q, k, v, softmax_scale, causal) puts these in dropout_p's slot.
+    (lambda: {"dropout_p": None}, TypeError,
+     r"dropout_p must be a number, got NoneType \(FlashAttention-2's positional order is q, k, v, dropout_p, "
+     r"softmax_scale, causal; pass FlashAttention-3's softmax_scale by keyword\)"),
+    (lambda: {"dropout_p": 0.125}, NotImplementedError, r"dropout_p=0.125: .*FlashAttention-2's positional order"),
     (lambda: {"alibi_slopes": t(8, dtype=torch.float32)}, NotImplementedError, "alibi_slopes is not supported"),
     (lambda: {"return_attn_probs": True}, NotImplementedError,
      r"return_attn_probs=True is not supported.*return_lse=True for \(out, lse\)"),
@@ -112,14 +117,15 @@ BAD_ARGUMENTS = [
     (lambda: {"v_descale": t(2, 8, dtype=torch.float32)}, NotImplementedError, "v_descale=.* is not supported"),
     (lambda: {"attention_chunk": 128}, NotImplementedError,
      r"attention_chunk=128 is not supported by flash4 \(only 0\)"),
-    (lambda: {"num_splits": 4}, NotImplementedError, r"num_splits=4 is not supported by flash4 \(only 1 or 0\)"),
-    (lambda: {"pack_gqa": True}, NotImplementedError, r"pack_gqa=True is not supported by flash4 \(only None\)"),
-    (lambda: {"sm_margin": 8}, NotImplementedError, r"sm_margin=8 is not supported"),
+    # FlashAttention-3's performance hints are ignored, but only valid values are.
+    (lambda: {"num_splits": -1}, ValueError, r"num_splits must be in \[0, "),
+    (lambda: {"pack_gqa": 1}, TypeError, "pack_gqa must be a bool .*, got int 1"),
+    (lambda: {"sm_margin": 8.0}, TypeError, "sm_margin must be an int, got float"),
     (lambda: {"learnable_sink": t(3, dtype=torch.float32)}, ValueError,
      r"learnable_sink has shape \(3,\); it must be \(heads_q,\) = \(8,\)"),
     (lambda: {"learnable_sink": t(8, dtype=torch.int32)}, TypeError, "learnable_sink has dtype torch.int32"),
     (lambda: {"learnable_sink": t(8, dtype=torch.float32, device="cpu")}, ValueError, "learnable_sink is on cpu"),
-    (lambda: {"num_splits": 1.0}, NotImplementedError, r"num_splits=1.0 is not supported"),
+    (lambda: {"num_splits": 1.0}, TypeError, "num_splits must be an int, got float"),
     (lambda: {"seqused_q": t(3, dtype=torch.int32)}, TypeError, "unexpected keyword argument 'seqused_q'"),
     (lambda: {"windowsize": (1, 1)}, TypeError, "unexpected keyword argument 'windowsize'"),
 ]
@@ -148,6 +154,22 @@ def test_flash_attention_3_and_4_keywords_at_their_neutral_values_pass():
     flash_attn_func(*qkv(), num_splits=0, dropout_p=0, return_attn_probs=False, alibi_slopes=None)
 
 
+@pytest.mark.parametrize("hints", [dict(num_splits=4), dict(pack_gqa=True), dict(pack_gqa=False), dict(sm_margin=8),
+                                   dict(num_splits=0, pack_gqa=None, sm_margin=0)])
+def test_flash_attention_3_performance_hints_are_accepted_and_ignored(hints):
+    # They change no result (FlashAttention-3 plans its launch by them); flash4 plans its own.
+    assert flash_attn_func(*qkv(), causal=True, **hints).shape == (2, 64, 8, 64)
+    assert varlen_call_with(**hints).shape == (100, 8, 64)
+    assert flash4.flash_attn_qkvpacked_func(t(2, 64, 3, 8, 64), **hints).shape == (2, 64, 8, 64)
+
+
+def test_public_names_are_exported():
+    exported = set(flash4.__all__)
+    public = {name for name, value in vars(flash4).items()  # flash4's own functions and classes, not submodules
+              if not name.startswith("_") and getattr(value, "__module__", "").startswith("flash4.")}
+    assert exported == public and "flash_attn_with_kvcache" in exported
+
+
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(0, 64), (64, 0), (0, 0)])
 def test_empty_sequences_pass(seqlen_q, seqlen_k):
     q, k, v = qkv(seqlen=seqlen_q, seqlen_k=seqlen_k)
@@ -162,10 +184,47 @@ def test_empty_sequences_pass(seqlen_q, seqlen_k):
     ((16, 5), False, (16, 5)),
     ((None, None), False, (-1, -1)),
     ([3, None], True, (3, 0)),
+    # Any negative edge is unbounded, as FlashAttention-2/-3 read it; the C ABI gets -1.
+    ((-2, -7), False, (-1, -1)),
+    ((-2, 3), False, (-1, 3)),
+    ((5, -100), False, (5, -1)),
+    ((-3, -3), True, (-1, 0)),
+    ((-2**40, 8), True, (-1, 0)),
+    ((16, -2), True, (16, 0)),
 ])
 def test_window_and_causal_follow_flash_attention(window, causal, edges):
     options = make_options(64, None, causal, window, 0.0, False)
     assert (options.window_left, options.window_right) == edges and options.causal is causal
+    flash_attn_func(*qkv(), causal=causal, window_size=window)
+
+
+@pytest.mark.parametrize("left, right, causal, edges", [(-5, -1, False, (-1, -1)), (-1, -9, False, (-1, -1)),
+                                                        (4, -2, False, (4, -1)), (-8, 3, True, (-1, 0))])
+def test_ops_normalize_negative_window_edges(left, right, causal, edges):
+    options = _launch.Options(0.125, causal, left, right, 0.0, False)
+    assert ops._check(*qkv(), options, None)[2:4] == edges  # what flash4::fwd and flash4::bwd launch with
+    assert make_options(64, 0.125, causal, (left, right), 0.0, False)[2:4] == edges
+
+
+def strided_last(*shape):
+    """A tensor of `shape` whose last dimension is not contiguous (stride 2)."""
+    return t(*shape[:-1], 2 * shape[-1])[..., ::2]
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_a_strided_last_dimension_is_accepted(name):
+    # FlashAttention copies it (maybe_contiguous); flash4's launch copies what TMA cannot read in place.
+    q, k, v = qkv()
+    arguments = {"q": q, "k": k, "v": v} | {name: strided_last(*{"q": q, "k": k, "v": v}[name].shape)}
+    assert arguments[name].stride(-1) == 2
+    assert flash_attn_func(**arguments).shape == (2, 64, 8, 64)
+    out, lse = torch.ops.flash4.fwd(*arguments.values(), 0.125, False, -1, -1, 0.0, False)
+    assert out.shape == (2, 64, 8, 64) and out.is_contiguous()
+    varlen = {"q": strided_last(100, 8, 64)} if name == "q" else {name: strided_last(90, 2, 64)}
+    assert varlen_call_with(**varlen).shape == (100, 8, 64)
+    assert flash4.flash_attn_qkvpacked_func(strided_last(2, 64, 3, 8, 64)).shape == (2, 64, 8, 64)
+    assert flash4.flash_attn_varlen_kvpacked_func(t(100, 8, 64), strided_last(90, 2, 2, 64), t(3, dtype=torch.int32),
+                                                  t(3, dtype=torch.int32), 60, 50).shape == (100, 8, 64)
 
 
 def test_default_scale_and_explicit_values():
@@ -320,7 +379,7 @@ def test_packed_forms_take_sinks_and_seqused():
     ("fwd", lambda: (t(1, 8, 2, 64),) * 3 + (0.0, False, -1, -1, 0.0, False), ValueError, "softmax_scale must be"),
     ("fwd", lambda: (t(1, 8, 2, 64),) * 3 + (0.125, False, -1, -1, 1e-50, False), ValueError, "softcap = 1e-50"),
     ("fwd", lambda: (t(8, 2, 64),) * 3 + (0.125, False, -1, -1, 0.0, False), ValueError, "q must be 4-D"),
-    ("fwd", lambda: (t(1, 8, 2, 64),) * 3 + (0.125, False, -3, -1, 0.0, False), ValueError, r"window_size\[0\]"),
+    ("fwd", lambda: (t(1, 8, 2, 64),) * 3 + (0.125, False, -1, 2**31, 0.0, False), ValueError, r"window_size\[1\]"),
     ("bwd", lambda: (t(1, 8, 2, 64),) * 5 + (t(1, 2, 7, dtype=torch.float32), 0.125, False, -1, -1, 0.0, False, None),
      ValueError, r"lse has shape \(1, 2, 7\)"),
     ("bwd", lambda: (t(1, 9, 2, 64),) + (t(1, 8, 2, 64),) * 4 + (t(1, 2, 8, dtype=torch.float32), 0.125, False, -1,

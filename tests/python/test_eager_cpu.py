@@ -76,6 +76,20 @@ def test_gradients_of_every_layout_equal_autograd_through_the_same_math(launches
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_gradients_reach_inputs_with_a_strided_last_dimension(launches):
+    # Views whose last dimension is strided (FlashAttention copies them; flash4's launch does): the gradient of
+    # each goes back to the tensor it is a view of.
+    g = torch.Generator().manual_seed(2)
+    bases = [torch.randn(2, 12, 4, 16, dtype=F64, generator=g).requires_grad_() for _ in "qkv"]
+    q, k, v = (base[..., 1::2] for base in bases)
+    out, _ = _eager.attention(_eager.Call(OPTIONS, None, _eager.unpacked), q, k, v)
+    dout = torch.randn_like(out)
+    got = torch.autograd.grad(out, bases, dout)
+    for got_grad, want in zip(got, reference_grads(q, k, v, dout)):
+        assert got_grad.shape == (2, 12, 4, 16) and not got_grad[..., ::2].any()
+        torch.testing.assert_close(got_grad[..., 1::2], want, rtol=1e-12, atol=1e-12)
+
+
 def test_no_graph_without_a_gradient(launches):
     q, k, v = (torch.randn(1, 8, 2, 8, dtype=F64) for _ in "qkv")
     out, lse = _eager.attention(_eager.Call(OPTIONS, None, _eager.unpacked), q, k, v)

@@ -123,6 +123,21 @@ def test_autograd_connects_fwd_to_bwd():
     assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
 
 
+def test_autograd_reaches_inputs_with_a_strided_last_dimension():
+    # The ops accept them (their launch copies them, as FlashAttention's maybe_contiguous does) and the
+    # gradients go back to the tensors they are views of.
+    bases = meta_inputs((2, 64, 8, 128), (2, 32, 2, 128), (2, 32, 2, 128))
+    q, k, v = (base[..., ::2] for base in bases)
+    out, _ = torch.ops.flash4.fwd(q, k, v, *OPTIONS)
+    out.sum().backward()
+    assert all(base.grad.shape == base.shape for base in bases)
+    bases = meta_inputs((100, 8, 128), (60, 4, 128), (60, 4, 128))
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    out, _ = torch.ops.flash4.varlen_fwd(*(base[..., ::2] for base in bases), cu, cu, 64, 32, *OPTIONS)
+    out.sum().backward()
+    assert all(base.grad.shape == base.shape for base in bases)
+
+
 def test_autograd_with_a_value_head_dim_of_its_own():
     q, k, v = meta_inputs((2, 64, 8, 192), (2, 32, 2, 192), (2, 32, 2, 128))
     out, _ = torch.ops.flash4.fwd(q, k, v, *OPTIONS)

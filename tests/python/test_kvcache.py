@@ -105,10 +105,66 @@ def no_launch(monkeypatch):
     monkeypatch.setattr(kvcache, "load_library", launched)
 
 
-@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_leftpad", "alibi_slopes"])
+@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_leftpad", "alibi_slopes", "qv", "q_descale",
+                                  "k_descale", "v_descale", "rotary_seqlens", "cu_seqlens_q", "cu_seqlens_k_new"])
 def test_unsupported_arguments_say_so(fake, name):
     with pytest.raises(NotImplementedError, match=name):
         call(**{name: t(4, 4)})
+
+
+@pytest.mark.parametrize("name, value", [("max_seqlen_q", 1), ("attention_chunk", 128)])
+def test_flash_attention_3_arguments_that_change_the_result_say_so(fake, name, value):
+    with pytest.raises(NotImplementedError, match=f"does not support {name}"):
+        call(**{name: value})
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """torch.ops.flash4.kvcache replaced by a recorder of its arguments."""
+    seen = []
+    monkeypatch.setattr(torch.ops.flash4, "kvcache", lambda *args: seen.append(args) or (None, None))
+    return seen
+
+
+def test_flash_attention_3_keywords_map_onto_flash4(fake, launched):
+    # page_table is block_table; pack_gqa, sm_margin and scheduler_metadata are performance hints (ignored);
+    # the others at their neutral values ask nothing.
+    table = t(2, 4, dtype=torch.int32)
+    call(k_cache=t(16, 64, 2, 128), v_cache=t(16, 64, 2, 128), page_table=table, cache_seqlens=5, pack_gqa=True,
+         sm_margin=4, scheduler_metadata=t(8, dtype=torch.int32), qv=None, q_descale=None, k_descale=None,
+         v_descale=None, rotary_seqlens=None, cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None,
+         attention_chunk=0)
+    assert launched[0][7] is table
+
+
+@pytest.mark.parametrize("window, causal, edges", [((-2, 0), False, (-1, 0)), ((-5, -7), False, (-1, -1)),
+                                                    ((3, -2), True, (3, 0)), ((-9, 4), True, (-1, 0))])
+def test_any_negative_window_edge_is_unbounded(fake, launched, window, causal, edges):
+    call(window_size=window, causal=causal)
+    assert launched[0][10:12] == edges  # window_left, window_right, as the C ABI takes them
+
+
+def test_q_k_v_with_a_strided_last_dimension_are_accepted(fake, launched):
+    # The op copies them (flash4._launch.tma_ready); only the cache, written in place, must be contiguous.
+    q, k, v = t(2, 1, 8, 256)[..., ::2], t(2, 1, 2, 256)[..., ::2], t(2, 1, 2, 256)[..., ::2]
+    call(q=q, k=k, v=v, cache_seqlens=3)
+    assert launched[0][0] is q and launched[0][3] is k and launched[0][4] is v
+
+
+@pytest.mark.parametrize("arguments, waits", [
+    (dict(cache_seqlens=3), False),  # an int, range-checked on the host as it is: nothing to copy
+    (dict(), False),
+    (dict(cache_seqlens=lambda: t(2, dtype=torch.int32)), True),
+    (dict(cache_seqlens=3, cache_batch_idx=lambda: t(2, dtype=torch.int32)), True),
+    (dict(cache_seqlens=3, block_table=lambda: t(2, 4, dtype=torch.int32),
+          k_cache=lambda: t(16, 64, 2, 128), v_cache=lambda: t(16, 64, 2, 128)), True),
+])
+def test_device_values_are_copied_to_the_host_only_when_some_were_given(fake, launched, monkeypatch, arguments, waits):
+    checked = []
+    monkeypatch.setattr(kvcache, "_values_readable", lambda t: True)  # as for real tensors outside capture
+    monkeypatch.setattr(kvcache, "check_device_values", lambda *args: checked.append(args))
+    call(**{name: value() if callable(value) else value for name, value in arguments.items()})
+    assert len(checked) == int(waits) and len(launched) == 1
 
 
 @pytest.mark.parametrize(
@@ -138,7 +194,18 @@ def test_unsupported_arguments_say_so(fake, name):
          "cannot be used with block_table"),
         (lambda: {"num_splits": 129}, ValueError, "num_splits must be in"),
         (lambda: {"num_splits": 1.5}, TypeError, "num_splits must be an int"),
-        (lambda: {"window_size": (-2, 0)}, ValueError, "window_size"),
+        (lambda: {"window_size": (2**31, 0)}, ValueError, "window_size[0] must be in [0, 2147483647]"),
+        # The cache is written in place, so it is never copied: a strided last dimension is refused.
+        (lambda: {"k_cache": t(2, 256, 2, 256)[..., ::2]}, ValueError,
+         "k_cache must have a contiguous last dimension, got strides (131072, 512, 256, 2); it is updated in place"),
+        (lambda: {"v_cache": t(2, 256, 2, 256)[..., ::2]}, ValueError, "v_cache must have a contiguous last dimension"),
+        # FlashAttention-3's keywords.
+        (lambda: {"page_table": t(2, 4, dtype=torch.int32), "block_table": t(2, 4, dtype=torch.int32)}, ValueError,
+         "block_table and page_table are one argument"),
+        (lambda: {"page_table": t(2, dtype=torch.int32)}, ValueError, "block_table must be 2-D"),
+        (lambda: {"pack_gqa": 1}, TypeError, "pack_gqa must be a bool"),
+        (lambda: {"sm_margin": -1}, ValueError, "sm_margin must be in [0, "),
+        (lambda: {"paged_table": t(2, 4, dtype=torch.int32)}, TypeError, "unexpected keyword argument 'paged_table'"),
         (lambda: {"softcap": -1.0}, ValueError, "softcap must be finite and >= 0"),
         (lambda: {"k_cache": t(2, 256, 2, 128)[:, :, :, :120], "v_cache": t(2, 256, 2, 128)[:, :, :, :120]},
          ValueError, "head_dim"),
@@ -159,12 +226,10 @@ def test_head_dims_multiple_of_8_up_to_256_give_out_of_v_head_dim(fake, head_dim
     assert tuple(out.shape) == (2, 1, 8, head_dim_v) and tuple(lse.shape) == (2, 8, 1)
 
 
-def test_strided_cache_views_of_16_byte_rows_are_accepted(fake, monkeypatch):
-    seen = {}
-    monkeypatch.setattr(torch.ops.flash4, "kvcache", lambda *args: seen.setdefault("args", args) and (None, None))
+def test_strided_cache_views_of_16_byte_rows_are_accepted(fake, launched):
     kv = t(2, 256, 2, 2, 128)  # a fused (k, v) cache: strided views, 16-byte strides
     call(k_cache=kv[:, :, 0], v_cache=kv[:, :, 1], cache_seqlens=7, num_splits=3)
-    args = seen["args"]
+    (args,) = launched
     assert args[5].dtype == torch.int32 and tuple(args[5].shape) == (2,)  # the int cache_seqlens as a tensor
     assert args[-1] == 3 and args[9] is False  # num_splits, causal
 

@@ -12,7 +12,7 @@ import threading
 import pytest
 import torch
 
-from flash4 import Flash4Error, Flash4NotImplementedError, _abi, _launch
+from flash4 import Flash4Error, Flash4NotImplementedError, _abi, _eager, _launch
 from flash4._loader import open_library
 
 OPTIONS = _launch.Options(softmax_scale=0.125, causal=False, window_left=-1, window_right=-1, softcap=0.0,
@@ -287,3 +287,30 @@ def test_an_address_tma_cannot_read_is_copied_though_its_layout_was_read_in_plac
     q, k, v, layout = _launch._readable(misaligned, aligned, aligned)
     assert q is not misaligned and torch.equal(q, misaligned) and not q.data_ptr() % 16
     assert k is aligned and v is aligned and layout.in_place
+
+
+def test_a_strided_last_dimension_reaches_the_library_as_a_packed_copy_and_gradients_reach_the_original(
+        monkeypatch):
+    """FlashAttention copies a q, k or v whose last dimension is strided (maybe_contiguous); flash4's launch
+    does (tma_ready), in both directions, and autograd takes the gradient back to the strided tensor's base."""
+    seen = {}
+
+    def run(direction, params, device):
+        # The bytes the library would read at params.q: those of q's packed copy, at the packed strides.
+        strides = params.q_strides
+        seen[direction] = (ctypes.string_at(params.q, q.numel() * q.element_size()),
+                           (strides.batch, strides.seq, strides.head))
+
+    monkeypatch.setattr(_launch, "run", run)
+    base = torch.randn(2, 16, 4, 128).to(torch.bfloat16).requires_grad_()
+    q = base[..., ::2]  # head dim 64 at stride 2
+    k = torch.randn(2, 16, 2, 64).to(torch.bfloat16).requires_grad_()
+    assert q.stride(-1) == 2 and _launch._in_place_strides(q.stride()) is None
+    out, lse = _eager.attention(_eager.Call(OPTIONS, None, _eager.unpacked), q, k, k)
+    out.backward(torch.ones_like(out))
+    packed = q.detach().contiguous()
+    for direction in ("fwd", "bwd"):
+        data, strides = seen[direction]
+        assert data == packed.view(torch.uint8).numpy().tobytes()
+        assert strides == packed.stride()[:3]
+    assert base.grad.shape == base.shape and k.grad.shape == k.shape

@@ -54,6 +54,9 @@ def paged_call_with(**replace):
         (lambda: {"max_seqlen_q": -1}, ValueError, r"max_seqlen_q must be in \[0, "),
         (lambda: {"cu_seqlens_k": t(4, dtype=torch.int64)}, TypeError, "cu_seqlens_k must have dtype torch.int32"),
         (lambda: {"causal": 1}, TypeError, "causal must be a bool"),
+        # The pages are read in place (a copy of the cache would cost more than the call): never copied.
+        (lambda: {"k": t(40, 16, 2, 128)[..., ::2]}, ValueError, "k must be contiguous in its last"),
+        (lambda: {"v": t(40, 16, 2, 128)[..., ::2]}, ValueError, "v must be contiguous in its last"),
     ],
 )
 def test_bad_paged_argument(no_launch, replace, error, message):
@@ -114,6 +117,9 @@ def test_fake_tensors_are_refused_after_the_argument_checks(no_launch):
     with FakeTensorMode():
         with pytest.raises(NotImplementedError, match="block_table is supported in eager mode only"):
             paged_call_with()
+        # q with a strided last dimension passes the checks: the launch copies it (flash4._launch.forward).
+        with pytest.raises(NotImplementedError, match="block_table is supported in eager mode only"):
+            paged_call_with(q=t(100, 8, 128)[..., ::2])
 
 
 def test_params_from_tensors():

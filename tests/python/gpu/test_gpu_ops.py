@@ -250,6 +250,34 @@ def test_misaligned_views_are_copied_not_refused():
     assert torch.equal(run(flash_attn_func, q, k, v), run(flash_attn_func, q.contiguous(), k, v))
 
 
+def test_a_strided_last_dimension_is_copied_with_gradients_to_the_original(needs_backward):
+    # FlashAttention copies such a q, k or v (maybe_contiguous); so does flash4, eagerly and through the ops.
+    bases = [randn(2, 100, 4, 128, requires_grad=True) for _ in "qkv"]
+    strided = [base[..., ::2] for base in bases]
+    packed = [base.detach()[..., ::2].contiguous().requires_grad_() for base in bases]
+    out = run(flash_attn_func, *strided, causal=True, deterministic=True)
+    expected = run(flash_attn_func, *packed, causal=True, deterministic=True)
+    assert torch.equal(out, expected)
+    dout = torch.randn_like(out)
+    for function in (flash_attn_func, torch.compile(flash_attn_func, fullgraph=True)):  # eager path, then the ops
+        out = function(*(base[..., ::2] for base in bases), causal=True, deterministic=True)
+        got = torch.autograd.grad(out, bases, dout)
+        want = torch.autograd.grad(expected, packed, dout, retain_graph=True)
+        for name, g, w in zip("qkv", got, want):
+            assert not g[..., 1::2].any(), f"d{name} has values where no input was read"
+            assert torch.equal(g[..., ::2], w), f"d{name}"
+
+
+def test_any_negative_window_edge_is_unbounded():
+    # FlashAttention-2/-3 read every negative edge as unbounded; flash4 passes -1 to its C ABI.
+    q, k, v = randn(2, 100, 4, 64), randn(2, 130, 4, 64), randn(2, 130, 4, 64)
+    for causal in (False, True):
+        expected = run(flash_attn_func, q, k, v, causal=causal, window_size=(-1, 7))
+        assert torch.equal(run(flash_attn_func, q, k, v, causal=causal, window_size=(-5, 7)), expected)
+        expected = run(flash_attn_func, q, k, v, causal=causal)
+        assert torch.equal(run(flash_attn_func, q, k, v, causal=causal, window_size=(-2, -100)), expected)
+
+
 def test_runs_on_the_current_stream():
     q, k, v = randn(2, 1024, 8, 128), randn(2, 1024, 8, 128), randn(2, 1024, 8, 128)
     expected = run(flash_attn_func, q, k, v)

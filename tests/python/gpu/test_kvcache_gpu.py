@@ -142,6 +142,37 @@ def test_out_of_range_values_are_refused_in_eager_mode():
                                                                                   device="cuda"))
 
 
+def test_an_int_cache_seqlens_does_not_wait_for_the_stream():
+    # Nothing device-side to check: an int cache_seqlens is checked on the host as it is.
+    q = torch.randn(2, 1, 8, 64, dtype=BF16, device="cuda")
+    k, v = (torch.randn(2, 100, 2, 64, dtype=BF16, device="cuda") for _ in range(2))
+    new = torch.randn(2, 1, 2, 64, dtype=BF16, device="cuda")
+    run(q, k, v, k=new, v=new, cache_seqlens=5)  # opens the library outside the checked region
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        flash_attn_with_kvcache(q, k, v, k=new, v=new, cache_seqlens=6)
+        with pytest.raises(RuntimeError, match="synchroniz"):  # a tensor is checked on the host: the check can fail
+            flash_attn_with_kvcache(q, k, v, k=new, v=new, cache_seqlens=torch.tensor([7, 7], dtype=torch.int32,
+                                                                                      device="cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_strided_q_and_appended_rows_are_copied_and_page_table_is_block_table():
+    torch.manual_seed(4)
+    q = torch.randn(2, 3, 8, 256, dtype=BF16, device="cuda")[..., ::2]
+    new = [torch.randn(2, 3, 2, 256, dtype=BF16, device="cuda")[..., ::2] for _ in "kv"]
+    caches = [torch.randn(8, 64, 2, 128, dtype=BF16, device="cuda") for _ in "kv"]
+    table = torch.randperm(8, device="cuda")[:6].view(2, 3).int()
+    copies = [t.clone() for t in caches]
+    lens = torch.tensor([10, 100], dtype=torch.int32, device="cuda")
+    out = run(q, *caches, k=new[0], v=new[1], cache_seqlens=lens, page_table=table, causal=True, pack_gqa=True)
+    expected = run(q.contiguous(), *copies, k=new[0].contiguous(), v=new[1].contiguous(), cache_seqlens=lens,
+                   block_table=table, causal=True)
+    assert torch.equal(out, expected) and all(torch.equal(a, b) for a, b in zip(caches, copies))
+
+
 def test_cuda_graph_replays_decode_steps():
     torch.manual_seed(2)
     q = torch.randn(2, 1, 8, 128, dtype=BF16, device="cuda")
