@@ -147,14 +147,14 @@ def test_an_int_cache_seqlens_does_not_wait_for_the_stream():
     q = torch.randn(2, 1, 8, 64, dtype=BF16, device="cuda")
     k, v = (torch.randn(2, 100, 2, 64, dtype=BF16, device="cuda") for _ in range(2))
     new = torch.randn(2, 1, 2, 64, dtype=BF16, device="cuda")
+    lens = torch.tensor([7, 7], dtype=torch.int32, device="cuda")
     run(q, k, v, k=new, v=new, cache_seqlens=5)  # opens the library outside the checked region
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         flash_attn_with_kvcache(q, k, v, k=new, v=new, cache_seqlens=6)
         with pytest.raises(RuntimeError, match="synchroniz"):  # a tensor is checked on the host: the check can fail
-            flash_attn_with_kvcache(q, k, v, k=new, v=new, cache_seqlens=torch.tensor([7, 7], dtype=torch.int32,
-                                                                                      device="cuda"))
+            flash_attn_with_kvcache(q, k, v, k=new, v=new, cache_seqlens=lens)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
