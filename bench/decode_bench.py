@@ -233,6 +233,19 @@ def graph_summary(group, by):
     return line
 
 
+def summary_table(lines):
+    """The summary as a short text table: per case, flash4's TB/s and its ratios to the fastest SDPA backend and
+    to fa4_cute, eager and under the graph ('-' where a figure is missing)."""
+    columns = (("flash4_tbs", "TB/s"), ("flash4_vs_sdpa", "/sdpa"), ("flash4_vs_fa4", "/fa4"),
+               ("flash4_graph_tbs", "graph TB/s"), ("flash4_vs_sdpa_graph", "/sdpa"), ("flash4_vs_fa4_graph", "/fa4"))
+    header = f"{'B':>4} {'N':>7} {'Sq':>3} {'page':>4} " + " ".join(f"{title:>10}" for _, title in columns)
+    table = [header]
+    for line in lines:
+        cells = " ".join(f"{line[key]:>10}" if key in line else f"{'-':>10}" for key, _ in columns)
+        table.append(f"{line['B']:>4} {line['N']:>7} {line['Sq']:>3} {line['page_size']:>4} {cells}")
+    return "\n".join(table)
+
+
 def summary(rows):
     cases = {}
     for r in rows:
@@ -284,6 +297,7 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary(rows)}, indent=1) + "\n")
     print(f"decode_bench: {len(rows)} rows -> {args.out}")
+    print(summary_table(summary(rows)))
 
 
 if __name__ == "__main__":

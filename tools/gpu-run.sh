@@ -7,7 +7,10 @@
 #   tests.log   ctest (with FLASH4_PREBUILT: the GPU test shards), then compute-sanitizer memcheck and racecheck
 #   bench.json  every benchmark row (tools/merge_bench.py)
 #   bench.png   TFLOPS against N, flash4 and each peer, a panel per (mode, D, causal) (tools/plot_bench.py)
-# plus whatever tools/gpu-python.sh writes, when it exists. Prints the tests' summary and a short TFLOPS table last.
+#   decode.json decoding (bench/decode_bench.py): flash_attn_with_kvcache's op and its peers, eager and under a
+#               CUDA graph
+# plus whatever tools/gpu-python.sh writes, when it exists. Prints the tests' summary and short TFLOPS and
+# decode tables last.
 #   tools/gpu-run.sh [OUT_DIR] [--quick|--bench]   --quick: build and tests only; --bench: build (a no-op
 #   when build-gpu is current), then benchmarks and the Python part without the tests. The two halves fit
 #   the device's 10-minute limit per command where the full job may not.
@@ -16,6 +19,7 @@
 # deterministic mode, its rows marked, for the mode's cost), FLASH4_PEERS (default sdpa_cudnn,sdpa_flash(FA2),fa4_cute), FLASH4_SANITIZE_FILTER (the sanitizer's gtest filter),
 # FLASH4_SANITIZE_TOOLS (default "memcheck racecheck"; empty: none. memcheck alone took 4 minutes over the default
 # filter with the full bf16 + fp16 build, so the tests and both tools need not fit one 10-minute call),
+# FLASH4_BENCH_DECODE=0 (skip the decoding benchmark, a few minutes with fa4_cute installed),
 # FLASH4_PYTHON=0 (skip tools/gpu-python.sh and the forward's Python-call rows, to run them as a command of their own), FLASH4_PREBUILT=DIR (no build:
 # DIR holds flash4-bench, flash4_gpu_tests and libflash4.so.0 built elsewhere and carried to the device; the tests
 # are then the GPU test binary alone, in FLASH4_TEST_SHARDS (default 8) parallel shards, plus pytest tests/python/gpu
@@ -187,6 +191,15 @@ python3 "$root/tools/merge_bench.py" "$out/bench.json" "$raw"/*.jsonl \
   >"$raw/table.txt" 2>>"$bench_log" || status=1
 python3 "$root/tools/plot_bench.py" "$out/bench.json" >>"$bench_log" 2>&1 || { echo "bench plot failed (build.log)"; status=1; }
 
+# Decoding (issue 30): flash_attn_with_kvcache's op against SDPA's backends and fa4_cute, eager and replayed
+# from a CUDA graph, into decode.json (its summary table goes to the log and, at the end, to stdout).
+if [ "${FLASH4_BENCH_DECODE:-1}" != 0 ]; then
+  echo "== decode" | tee -a "$bench_log"
+  FLASH4_LIBRARY=${library:-$build/libflash4.so} python3 "$root/bench/decode_bench.py" --out "$out/decode.json" \
+    >"$raw/decode.txt" 2>>"$bench_log" || status=1
+  cat "$raw/decode.txt" >>"$bench_log"
+fi
+
 if [ -f "$root/tools/gpu-python.sh" ] && [ "${FLASH4_PYTHON:-1}" != 0 ] && [ -z "$prebuilt" ]; then
   echo "== python"
   bash "$root/tools/gpu-python.sh" "$out" "$build" || status=1
@@ -195,4 +208,5 @@ fi
 echo "== summary"
 [ "$mode" = "--bench" ] || echo "tests: $summary"
 cat "$raw/table.txt"
+[ ! -f "$raw/decode.txt" ] || sed -n '/^decode_bench: /,$p' "$raw/decode.txt"
 exit $status

@@ -54,3 +54,11 @@ def test_no_graph_flag():
     bench = load_decode_bench()
     assert bench.parse_args(["--out", "x.json", "--no-graph"]).no_graph
     assert not bench.parse_args(["--out", "x.json"]).no_graph
+
+
+def test_summary_table_has_a_row_per_case_and_dashes_for_missing_figures():
+    bench = load_decode_bench()
+    lines = bench.summary([decode_row("sdpa_flash", 0.2, 0.15), decode_row("flash4", 0.25)])
+    header, row = bench.summary_table(lines).splitlines()
+    assert header.split()[:4] == ["B", "N", "Sq", "page"]
+    assert row.split()[:6] == ["8", "8192", "1", "64", "1.072", "0.8"] and row.split()[-3:] == ["-", "-", "-"]
