@@ -23,12 +23,12 @@ tflops (4 B H Sq N D / time), bandwidth_tbs (K and V bytes read, B N Hkv D 2 x 2
 also carry max_abs_diff, against the first SDPA backend that ran, and host_us, the host time to enqueue one
 call (the Python op fills the C struct through ctypes: a row whose ms is near it measures the host). Timing:
 triton.testing.do_bench's median (it zeroes a 256 MB buffer between calls, so the cache is not served from
-L2). Every provider is timed twice: eager (ms), each call launched from Python, as above; and replayed from a CUDA graph (graph_ms,
-graph_bandwidth_tbs), as a serving loop runs its step, which leaves the host out: the graph holds one call on
-each of enough copies of the case (their K + V together at least twice the L2) that no call finds its cache
-in L2, and graph_ms is the replay's median over the number of calls. A provider that cannot be captured has
-no graph figures (the header's failures say why; --no-graph skips them). The summary lists, per case, flash4 /
-fastest SDPA / fa4_cute and the ratios, eager and under the graph.
+L2). Every provider is timed twice: eager (ms), each call launched from Python, as above; and replayed from
+a CUDA graph (graph_ms, graph_bandwidth_tbs), as a serving loop runs its step, which leaves the host out: the
+graph holds one call on each of enough copies of the case (their K + V together at least twice the L2) that
+no call finds its cache in L2, and graph_ms is the replay's median over the number of calls. A provider that
+cannot be captured has no graph figures (the header's failures say why; --no-graph skips them). The summary
+lists, per case, flash4 / fastest SDPA / fa4_cute and the ratios, eager and under the graph.
 """
 
 import argparse
@@ -217,22 +217,6 @@ def run_case(case, copies, args, failures):
     return rows
 
 
-def graph_summary(group, by):
-    """The summary's graph-replay columns of one case: flash4's bandwidth and its ratios to the peers."""
-    flash4_ms = by.get("flash4", {}).get("graph_ms")
-    if flash4_ms is None:
-        return {}
-    line = dict(flash4_graph_tbs=by["flash4"]["graph_bandwidth_tbs"])
-    sdpa = min((r for r in group if r["provider"].startswith("sdpa") and "graph_ms" in r), key=lambda r: r["graph_ms"],
-               default=None)
-    if sdpa is not None:
-        line |= dict(sdpa_graph_fastest=sdpa["provider"], flash4_vs_sdpa_graph=round(sdpa["graph_ms"] / flash4_ms, 3))
-    if "graph_ms" in by.get("fa4_cute", {}):
-        line |= dict(fa4_graph_tbs=by["fa4_cute"]["graph_bandwidth_tbs"],
-                     flash4_vs_fa4_graph=round(by["fa4_cute"]["graph_ms"] / flash4_ms, 3))
-    return line
-
-
 def summary_table(lines):
     """The summary as a short text table: per case, flash4's TB/s and its ratios to the fastest SDPA backend and
     to fa4_cute, eager and under the graph ('-' where a figure is missing)."""
@@ -246,6 +230,24 @@ def summary_table(lines):
     return "\n".join(table)
 
 
+def timing_columns(group, by, timing=""):
+    """One case's summary columns for one timing ("": eager, "_graph": replayed from the graph): flash4's
+    bandwidth, and its ratio to the fastest SDPA backend and to fa4_cute, where they have that timing."""
+    ms, tbs = {"": ("ms", "bandwidth_tbs"), "_graph": ("graph_ms", "graph_bandwidth_tbs")}[timing]
+    flash4 = by.get("flash4", {})
+    if ms not in flash4:
+        return {}
+    line = {f"flash4{timing}_tbs": flash4[tbs]}
+    sdpa = min((r for r in group if r["provider"].startswith("sdpa") and ms in r), key=lambda r: r[ms], default=None)
+    if sdpa is not None:
+        line |= {f"sdpa{timing}_fastest": sdpa["provider"], f"sdpa{timing}_tbs": sdpa[tbs],
+                 f"flash4_vs_sdpa{timing}": round(sdpa[ms] / flash4[ms], 3)}
+    if ms in by.get("fa4_cute", {}):
+        line |= {f"fa4{timing}_tbs": by["fa4_cute"][tbs],
+                 f"flash4_vs_fa4{timing}": round(by["fa4_cute"][ms] / flash4[ms], 3)}
+    return line
+
+
 def summary(rows):
     cases = {}
     for r in rows:
@@ -253,17 +255,8 @@ def summary(rows):
     lines = []
     for (batch, context, seqlen_q, page), group in sorted(cases.items()):
         by = {r["provider"]: r for r in group}
-        sdpa = min((r for r in group if r["provider"].startswith("sdpa")), key=lambda r: r["ms"], default=None)
-        line = dict(B=batch, N=context, Sq=seqlen_q, page_size=page,
-                    flash4_tbs=by.get("flash4", {}).get("bandwidth_tbs"))
-        if sdpa is not None:
-            line |= dict(sdpa_fastest=sdpa["provider"], sdpa_tbs=sdpa["bandwidth_tbs"],
-                         flash4_vs_sdpa=round(sdpa["ms"] / by["flash4"]["ms"], 3))
-        if "fa4_cute" in by:
-            line |= dict(fa4_tbs=by["fa4_cute"]["bandwidth_tbs"],
-                         flash4_vs_fa4=round(by["fa4_cute"]["ms"] / by["flash4"]["ms"], 3))
-        line |= graph_summary(group, by)
-        lines.append(line)
+        line = dict(B=batch, N=context, Sq=seqlen_q, page_size=page)
+        lines.append(line | timing_columns(group, by) | timing_columns(group, by, "_graph"))
     return lines
 
 
