@@ -150,7 +150,7 @@ fi  # tests
 if [ "$mode" = "--quick" ]; then exit $status; fi
 
 echo "== bench"
-mkdir -p "$raw" && rm -f "$raw"/*.jsonl
+mkdir -p "$raw" && rm -f "$raw"/*.jsonl "$raw/decode.txt"  # nothing of an earlier run is reported
 dims=${FLASH4_BENCH_DIMS-64,96,128,192,256}
 bwd_dims=${FLASH4_BENCH_BWD_DIMS-64,128}
 bench_log=$out/build.log  # one file fewer: the device returns at most 8, and gpu-python.sh writes 4
