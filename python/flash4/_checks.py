@@ -121,7 +121,7 @@ def check_paged_qkv(q, k, v, block_table):
             raise ValueError(f"{name} must be {rank}-D {layout} with block_table, got shape {tuple(t.shape)}")
         _check_placement(name, t, q, need_cuda=True)
     for name, t in (("k", k), ("v", v)):  # the cache is read in place (a copy would cost more than the call)
-        if t.stride(-1) != 1 and t.shape[-1] != 1:
+        if t.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous in its last (head_dim) dimension, got strides {t.stride()}")
     head_dim = q.shape[-1]
     if head_dim not in HEAD_DIMS:

@@ -13,9 +13,9 @@ fault. The C ABI validates again and its messages come through as flash4.Flash4E
 
 Masking follows FlashAttention: causal is aligned to the bottom right when seqlen_q != seqlen_k, and
 window_size = (left, right) keeps key j for query i iff i + Sk - Sq - left <= j <= i + Sk - Sq + right,
-a negative edge (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local causal
-attention). A query row that sees no key (a fully masked row, or a sequence without keys) gets out = 0 and
-lse = -inf (its sink with learnable_sink), and passes no gradient to q, k and v.
+a negative edge (or None) meaning unbounded; causal=True sets the right edge to 0 and keeps the left (local
+causal attention). A query row that sees no key (a fully masked row, or a sequence without keys) gets out = 0
+and lse = -inf (its sink with learnable_sink), and passes no gradient to q, k and v.
 """
 
 import torch
@@ -88,8 +88,9 @@ def flash_attn_varlen_func(
     FlashAttention 3); the gradients of unused rows are 0. Unused rows of q, k, v must hold finite values.
 
     block_table (FlashAttention-2's paged KV cache, for prefill against it): an int32 CUDA tensor
-    (batch, max_pages); k and v are then the cache's pages (num_pages, page_size, Hkv, D), page_size a
-    multiple of 16, and key t of sequence b is row t % page_size of page block_table[b, t // page_size].
+    (batch, max_pages); k and v are then the cache's pages (num_pages, page_size, Hkv, D), read in place (a
+    contiguous last dimension), page_size a multiple of 16, and key t of sequence b is row t % page_size of
+    page block_table[b, t // page_size].
     cu_seqlens_k then gives the key lengths only. Forward only: with a gradient required of q, k or v it
     raises NotImplementedError (flash4 has no backward through a paged cache), as it does under
     torch.compile, fake tensors and the other modes that need the torch ops. A table entry outside

@@ -76,6 +76,8 @@ def flash_attn_with_kvcache(
         if value is not None:
             raise NotImplementedError(f"flash4.flash_attn_with_kvcache does not support {name}; pass None")
     block_table = _fa3_keywords(block_table, page_table, pack_gqa, sm_margin, flash_attn_3_kwargs)
+    if scheduler_metadata is not None and not isinstance(scheduler_metadata, torch.Tensor):
+        raise TypeError(f"scheduler_metadata must be None or a tensor, got {type(scheduler_metadata).__name__}")
     del rotary_interleaved, scheduler_metadata  # rotary_interleaved: only meaningful with rotary_cos / rotary_sin
     paged = block_table is not None
     _check_tensors(q, k_cache, v_cache, k, v, paged)
@@ -91,6 +93,8 @@ def flash_attn_with_kvcache(
         raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences but q has batch {batch}; without "
                          f"cache_batch_idx sequence b uses cache sequence b")
     capacity = k_cache.shape[1] * (block_table.shape[1] if paged else 1)
+    if seqlen_new > capacity:
+        raise ValueError(f"k and v append {seqlen_new} rows per sequence but the cache holds {capacity}")
     # _cache_seqlens_tensor range-checks an int cache_seqlens on the host: only tensors given need the copy.
     device_values = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None or paged
     cache_seqlens = _cache_seqlens_tensor(cache_seqlens, q, capacity, seqlen_new)
@@ -220,7 +224,7 @@ def _cache_seqlens_tensor(cache_seqlens, q, capacity, seqlen_new):
                              "new rows go)")
         return None
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        _check_int("cache_seqlens", cache_seqlens, low=0, high=max(capacity - seqlen_new, 0))
+        _check_int("cache_seqlens", cache_seqlens, low=0, high=capacity - seqlen_new)
         return torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     _check_index_tensor("cache_seqlens", cache_seqlens, q, rows=q.shape[0])
     return cache_seqlens
